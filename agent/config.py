@@ -1,0 +1,223 @@
+"""One typed settings tree for the whole server.
+
+Sources, later ones winning: defaults below → ``config/<profile>.toml`` → ``VOICE_AGENT_*``
+environment variables (nested with ``__``, e.g. ``VOICE_AGENT_STT__URL``). The profile is
+``default`` unless ``--profile`` or ``VOICE_AGENT_PROFILE`` names another. A wrong or missing
+setting fails at start with :class:`ConfigError`, naming the setting and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
+ENV_PREFIX = "VOICE_AGENT_"
+PROFILES = ("default", "vllm", "sagemaker")
+
+
+class ConfigError(ValueError):
+    """A setting is wrong or missing; the message says which one and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class SageMakerSettings(_Section):
+    """Where the Voxtral endpoint lives on SageMaker (credentials come from the AWS chain)."""
+
+    endpoint_name: str = ""
+    region: str = ""
+    target_variant: str | None = None
+    invocation_path: str | None = None
+    endpoint_url: str | None = Field(
+        default=None, description="Override the runtime URL (tests, VPC endpoints)."
+    )
+    max_connection_age_s: float = Field(default=25 * 60, gt=0, lt=30 * 60)
+
+
+class STTSettings(_Section):
+    """The Voxtral realtime STT stage."""
+
+    transport: Literal["websocket", "sagemaker"] = "websocket"
+    url: str = "ws://127.0.0.1:8090/v1/realtime"
+    model: str = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+    api_key: str | None = None
+    preroll_s: float = Field(default=0.4, ge=0.0, le=2.0)
+    chunk_ms: int = Field(default=20, ge=10, le=1000)
+    stall_timeout_s: float = Field(default=8.0, gt=0)
+    max_generation_s: float = Field(default=600.0, gt=0)
+    final_timeout_s: float = Field(default=5.0, gt=0)
+    reconnect_min_wait_s: float = Field(default=0.2, ge=0)
+    reconnect_max_wait_s: float = Field(default=4.0, gt=0)
+    reconnect_attempts: int = Field(default=5, ge=1)
+    ttfs_p99_latency: float = Field(default=0.6, gt=0)
+    sagemaker: SageMakerSettings = SageMakerSettings()
+
+    @field_validator("url")
+    @classmethod
+    def _websocket_url(cls, url: str) -> str:
+        if not url.startswith(("ws://", "wss://")):
+            raise ValueError(
+                "must start with ws:// or wss:// (e.g. ws://127.0.0.1:8000/v1/realtime)"
+            )
+        return url
+
+
+class ASRServerSettings(_Section):
+    """The offline CPU recognizer that speaks vLLM's realtime protocol (default profile)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8090, ge=0, le=65535)
+    served_model_name: str = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+    decode_interval_s: float = Field(default=0.5, gt=0)
+    cpu_threads: int = Field(default=2, ge=1)
+
+
+class LLMSettings(_Section):
+    """The turn handler. With no ``base_url`` the built-in offline responder answers."""
+
+    base_url: str | None = None
+    model: str = ""
+    api_key: str = "not-needed"
+    system_prompt: str = (
+        "You are a helpful voice assistant. Answer in one or two short spoken sentences, "
+        "without lists or markdown."
+    )
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    max_tokens: int = Field(default=200, ge=1)
+
+    @model_validator(mode="after")
+    def _model_with_url(self) -> LLMSettings:
+        if self.base_url and not self.model:
+            raise ValueError(
+                "llm.model is required when llm.base_url is set "
+                "(set VOICE_AGENT_LLM__MODEL to the served model name)"
+            )
+        return self
+
+
+class TTSSettings(_Section):
+    """Speech synthesis: Piper out of process (offline) or any OpenAI-compatible speech server."""
+
+    kind: Literal["piper", "openai"] = "piper"
+    base_url: str = "http://127.0.0.1:8091"
+    model: str = "kokoro"
+    voice: str = "af_heart"
+    api_key: str = "not-needed"
+    sample_rate: int = Field(default=22050, gt=0)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=7860, ge=0, le=65535)
+    max_calls: int = Field(default=50, ge=1)
+    public_url: str | None = None
+    ice_servers: list[str] = Field(default_factory=lambda: [])
+    start_local_services: bool = True
+
+
+class TwilioSettings(_Section):
+    auth_token: str | None = None
+
+
+class Settings(BaseSettings):
+    """The whole tree. Build it with :func:`load_settings`, not directly."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid"
+    )
+
+    profile: str = "default"
+    server: ServerSettings = ServerSettings()
+    stt: STTSettings = STTSettings()
+    asr_server: ASRServerSettings = ASRServerSettings()
+    llm: LLMSettings = LLMSettings()
+    tts: TTSSettings = TTSSettings()
+    twilio: TwilioSettings = TwilioSettings()
+
+    @model_validator(mode="after")
+    def _sagemaker_needs_endpoint(self) -> Settings:
+        if self.stt.transport == "sagemaker":
+            missing = [
+                name
+                for name in ("endpoint_name", "region")
+                if not getattr(self.stt.sagemaker, name)
+            ]
+            if missing:
+                raise ValueError(
+                    "stt.transport is 'sagemaker' but stt.sagemaker."
+                    + " and stt.sagemaker.".join(missing)
+                    + " is not set (set VOICE_AGENT_STT__SAGEMAKER__ENDPOINT_NAME and "
+                    "VOICE_AGENT_STT__SAGEMAKER__REGION)"
+                )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the profile file, which is passed in as init values.
+        return env_settings, init_settings
+
+
+def load_settings(
+    profile: str | None = None,
+    *,
+    config_dir: Path = CONFIG_DIR,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """Read ``config/<profile>.toml`` plus ``VOICE_AGENT_*`` overrides into :class:`Settings`.
+
+    Raises:
+        ConfigError: unknown profile, unreadable TOML, or an invalid/missing setting.
+    """
+    profile = profile or os.environ.get(f"{ENV_PREFIX}PROFILE") or "default"
+    path = config_dir / f"{profile}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in config_dir.glob("*.toml"))) or "none"
+        raise ConfigError(
+            f"unknown profile {profile!r}: there is no {path}. Known profiles: {known}."
+        )
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}. Fix the file.") from exc
+    values["profile"] = profile
+    _merge(values, overrides or {})
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, path)) from None
+
+
+def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _explain(exc: ValidationError, path: Path) -> str:
+    lines = [f"invalid configuration (profile file {path}):"]
+    for error in exc.errors():
+        dotted = ".".join(str(part) for part in error["loc"])
+        env = ENV_PREFIX + "__".join(str(part).upper() for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            hint = "remove it: there is no such setting (check the spelling)"
+        else:
+            hint = f"fix it in {path.name} or set {env}"
+        lines.append(f"  - {dotted or 'settings'}: {error['msg']}; {hint}")
+    return "\n".join(lines)
