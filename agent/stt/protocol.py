@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SAMPLE_RATE = 16_000
-"""vLLM's realtime endpoint takes 16 kHz mono PCM16 little-endian, and nothing says so on the wire."""
+"""vLLM's realtime endpoint takes 16 kHz mono PCM16 LE; nothing on the wire says so."""
 
 ERROR_CODES = (
     "invalid_json",
@@ -66,7 +66,7 @@ class AudioAppend:
         return cls(base64.b64encode(pcm).decode("ascii"))
 
     def pcm(self) -> bytes:
-        """Decode the audio; raises :class:`ProtocolError` (``invalid_audio``) if it isn't base64."""
+        """Decode the audio; :class:`ProtocolError` (``invalid_audio``) if it isn't base64."""
         try:
             return base64.b64decode(self.audio, validate=True)
         except (binascii.Error, ValueError) as exc:
