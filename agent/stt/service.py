@@ -1,0 +1,597 @@
+"""Voxtral realtime speech-to-text as a Pipecat service.
+
+Streams a caller's audio to Voxtral-Mini-4B-Realtime-2602 over vLLM's Realtime API and turns
+the replies into Pipecat transcription frames. The wire protocol lives in
+:mod:`agent.stt.protocol`; how the text travels (a WebSocket to vLLM, or a SageMaker HTTP/2
+bidirectional stream) is a :class:`~agent.stt.channels.RealtimeChannel` made by a factory,
+so the service never knows which.
+
+One generation per user turn::
+
+    VAD start  → commit (non-final), pre-roll, then appends as audio arrives
+    VAD stop   → commit {"final": true}
+    deltas     → InterimTranscriptionFrame (accumulated text; empty deltas ignored)
+    done       → TranscriptionFrame(finalized=True), so the turn ends without a fallback wait
+
+Every byte of a turn is kept until its ``done`` arrives: if the connection drops, the service
+reconnects with bounded backoff, redoes the session and replays the turn, so no word is lost.
+If the user starts talking again before the previous turn's ``done``, the new turn waits
+(buffered) and starts the moment the old one finishes, because vLLM runs one generation per
+connection and silently ignores a second non-final commit.
+
+Event handlers (besides :class:`STTService`'s ``on_connected``, ``on_disconnected`` and
+``on_connection_error``):
+
+    on_turn_metrics(service, metrics: TurnMetrics): after every final transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from loguru import logger
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InterimTranscriptionFrame,
+    StartFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.services.settings import STTSettings
+from pipecat.services.stt_service import STTService
+from pipecat.utils.network import QuickFailureTracker, exponential_backoff_time
+from pipecat.utils.time import time_now_iso8601
+
+from agent.audio import StreamConverter, silence
+from agent.config import STTSettings as STTConfig
+from agent.stt.channels import (
+    ChannelError,
+    ChannelFactory,
+    RealtimeChannel,
+    websocket_channel_factory,
+)
+from agent.stt.protocol import (
+    Commit,
+    ErrorEvent,
+    ProtocolError,
+    SessionCreated,
+    SessionUpdate,
+    TranscriptionDelta,
+    TranscriptionDone,
+    UnknownEvent,
+    encode_pcm_append,
+    parse_server_event,
+)
+from agent.stt.turn import PreRoll, Turn, seconds_to_bytes
+
+VOXTRAL_MODEL = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+
+_WATCHDOG_PERIOD_S = 0.25
+_KEEP_FLOWING_AFTER_S = 0.5
+_MAX_RECOVERIES_PER_TURN = 2
+
+_ERROR_HINTS = {
+    "model_not_found": "set stt.model to the server's --served-model-name",
+    "model_not_validated": "the session was not configured before audio was committed",
+    "invalid_audio": "audio must be base64 PCM16 at 16 kHz",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMetrics:
+    """Latencies of one user turn, in seconds (``None`` when the moment never came)."""
+
+    first_delta_s: float | None
+    """From the start of the turn's generation to its first non-empty delta."""
+    final_after_commit_s: float | None
+    """From the final commit to ``transcription.done``."""
+    audio_s: float
+    text: str
+    usage: dict[str, Any] | None
+
+
+class VoxtralRealtimeSTTService(STTService):
+    """Pipecat STT service for Voxtral realtime on vLLM (directly or through SageMaker).
+
+    Example::
+
+        stt = VoxtralRealtimeSTTService(
+            channel_factory=websocket_channel_factory("ws://gpu-host:8000/v1/realtime"),
+            settings=VoxtralRealtimeSTTService.Settings(model=VOXTRAL_MODEL),
+        )
+    """
+
+    Settings = STTSettings
+    _settings: STTSettings
+
+    def __init__(
+        self,
+        *,
+        channel_factory: ChannelFactory,
+        settings: STTSettings | None = None,
+        preroll_s: float = 0.4,
+        chunk_ms: int = 20,
+        stall_timeout_s: float = 8.0,
+        final_timeout_s: float = 5.0,
+        max_generation_s: float = 600.0,
+        max_connection_age_s: float | None = None,
+        connect_timeout_s: float = 10.0,
+        reconnect_min_wait_s: float = 0.2,
+        reconnect_max_wait_s: float = 4.0,
+        reconnect_attempts: int = 5,
+        ttfs_p99_latency: float | None = 0.6,
+        **kwargs: Any,
+    ) -> None:
+        """Create the service.
+
+        Args:
+            channel_factory: Opens a fresh channel to the realtime endpoint (called on start,
+                on every reconnect and on every connection rotation).
+            settings: ``model`` must be the server's served model name.
+            preroll_s: Audio kept from before the VAD fired, sent at the start of each turn.
+            chunk_ms: Audio batched per append message (20 ms sends every pipeline frame).
+            stall_timeout_s: A generation with no server event for this long while audio
+                flows is restarted (with its audio replayed) and a warning is surfaced.
+            final_timeout_s: A final commit unanswered for this long is treated as a stall.
+            max_generation_s: A turn longer than this is split, so a monologue never runs
+                into the server's ``--max-model-len``.
+            max_connection_age_s: Rotate the connection between turns once it is this old
+                (SageMaker caps a connection's life); ``None`` never rotates.
+            connect_timeout_s: Limit for opening a channel and receiving ``session.created``.
+            reconnect_min_wait_s: Backoff floor between reconnect attempts.
+            reconnect_max_wait_s: Backoff ceiling between reconnect attempts.
+            reconnect_attempts: Consecutive failed attempts before the error is permanent.
+            ttfs_p99_latency: Measured P99 from end of speech to final transcript (see bench/).
+            **kwargs: Passed to :class:`STTService`.
+        """
+        default_settings = STTSettings(model=VOXTRAL_MODEL, language=None)
+        if settings is not None:
+            default_settings.apply_update(settings)
+        super().__init__(settings=default_settings, ttfs_p99_latency=ttfs_p99_latency, **kwargs)
+        self._channel_factory = channel_factory
+        self._preroll_s = preroll_s
+        self._chunk_bytes = max(2, seconds_to_bytes(chunk_ms / 1000))
+        self._max_turn_bytes = seconds_to_bytes(max_generation_s + 60)
+        self._stall_timeout_s = stall_timeout_s
+        self._final_timeout_s = final_timeout_s
+        self._max_generation_s = max_generation_s
+        self._max_connection_age_s = max_connection_age_s
+        self._connect_timeout_s = connect_timeout_s
+        self._reconnect_min_wait_s = reconnect_min_wait_s
+        self._reconnect_max_wait_s = reconnect_max_wait_s
+        self._reconnect_attempts = reconnect_attempts
+
+        self._converter = StreamConverter()
+        self._preroll = PreRoll(preroll_s)
+        self._turns: deque[Turn] = deque()  # head: the turn on the wire; tail: newer turns
+        self._speaking = False
+        self._input_rate = 0
+        self._input_channels = 1
+
+        self._channel: RealtimeChannel | None = None
+        self._connected_at = 0.0
+        self._generation_open = False  # a non-final commit went out, no done yet
+        self._final_sent_at: float | None = None
+        self._generation_started_at = 0.0
+        self._last_event_at = 0.0
+        self._last_send_at = 0.0
+        self._rotating = False
+        self._disconnecting = False
+        self._send_lock = asyncio.Lock()  # keeps commit + its audio in order on the wire
+        self._connection_task: asyncio.Task[None] | None = None
+        self._watchdog_task: asyncio.Task[None] | None = None
+        self._quick_failures = QuickFailureTracker()
+        self._register_event_handler("on_turn_metrics")
+
+    def can_generate_metrics(self) -> bool:
+        return True
+
+    @property
+    def connected(self) -> bool:
+        """Whether a channel is open and its session configured."""
+        return self._channel is not None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        self._disconnecting = False
+        if self._connection_task is None:
+            self._connection_task = self.create_task(self._run_connection(), "stt_connection")
+        if self._watchdog_task is None:
+            self._watchdog_task = self.create_task(self._run_watchdog(), "stt_watchdog")
+
+    async def stop(self, frame: EndFrame) -> None:
+        await super().stop(frame)
+        await self._shutdown()
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        await super().cancel(frame)
+        await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self._disconnecting = True
+        for task in (self._watchdog_task, self._connection_task):
+            if task:
+                await self.cancel_task(task, timeout=2.0)
+        self._watchdog_task = self._connection_task = None
+        await self._close_channel()
+
+    # ------------------------------------------------------------------ frames
+
+    async def process_audio_frame(
+        self, frame: InputAudioRawFrame, direction: FrameDirection
+    ) -> None:
+        self._input_rate = frame.sample_rate
+        self._input_channels = frame.num_channels
+        await super().process_audio_frame(frame, direction)
+
+    async def run_stt(self, audio: bytes):  # type: ignore[override]
+        """Send (or buffer) one pipeline frame; transcripts arrive from the receive task."""
+        pcm = self._converter.convert(
+            audio, self._input_rate or self.sample_rate, self._input_channels
+        )
+        if pcm:
+            await self._hear(pcm)
+        yield None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            await self._start_turn()
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            await self._end_turn()
+
+    # ------------------------------------------------------------------ turns
+
+    async def _hear(self, pcm: bytes) -> None:
+        if not self._speaking:
+            self._preroll.hear(pcm)
+            return
+        turn = self._turns[-1]
+        chunk = turn.hear(pcm)
+        if turn is self._turns[0] and self._channel is not None:
+            if not self._generation_open:
+                await self._begin_generation(turn)
+            elif chunk:
+                async with self._send_lock:
+                    await self._send(encode_pcm_append(chunk))
+
+    async def _start_turn(self) -> None:
+        if self._speaking:
+            return
+        self._speaking = True
+        turn = Turn(chunk_bytes=self._chunk_bytes, max_bytes=self._max_turn_bytes)
+        seed = self._preroll.take()
+        if seed:
+            turn.hear(seed)
+        self._turns.append(turn)
+        if len(self._turns) == 1 and self._channel is not None:
+            await self._begin_generation(turn)
+
+    async def _end_turn(self) -> None:
+        if not self._speaking:
+            return
+        turn = self._turns[-1]
+        held_back = self._converter.flush()  # the resampler's last few ms belong to this turn
+        if held_back:
+            await self._hear(held_back)
+        self._speaking = False
+        turn.ended = True
+        if turn is self._turns[0] and self._generation_open and self._channel is not None:
+            await self._finish_generation(turn)
+        elif turn.audio_bytes == 0 and len(self._turns) == 1:
+            self._turns.pop()  # nothing was heard: nothing to transcribe, no empty commit
+
+    async def _begin_generation(self, turn: Turn) -> None:
+        """Start the head turn's generation: commit, then all its audio so far.
+
+        Never sends a commit without audio behind it (empty commits crashed old vLLM).
+        """
+        async with self._send_lock:
+            audio = turn.replay()
+            if not audio:
+                return
+            self._generation_open = True
+            self._generation_started_at = self._last_event_at = time.monotonic()
+            turn.text = ""
+            await self._send(Commit(final=False).to_json())
+            await self._send(encode_pcm_append(audio))
+        if turn.ended:
+            await self._finish_generation(turn)
+
+    async def _finish_generation(self, turn: Turn) -> None:
+        async with self._send_lock:
+            tail = turn.take_outbox()
+            if tail:
+                await self._send(encode_pcm_append(tail))
+            self._final_sent_at = self._last_event_at = time.monotonic()
+            await self._send(Commit(final=True).to_json())
+
+    async def _after_done(self) -> None:
+        """The head turn has its transcript: start the next waiting turn, if any."""
+        self._generation_open = False
+        self._final_sent_at = None
+        if self._turns and self._channel is not None:
+            await self._begin_generation(self._turns[0])
+
+    # ------------------------------------------------------------------ server events
+
+    async def _handle_event(self, message: str) -> None:
+        try:
+            event = parse_server_event(message)
+        except ProtocolError as exc:
+            await self.push_error(f"{self}: unreadable message from the STT server: {exc}")
+            return
+        self._last_event_at = time.monotonic()
+        match event:
+            case TranscriptionDelta(delta=delta):
+                await self._on_delta(delta)
+            case TranscriptionDone():
+                await self._on_done(event)
+            case ErrorEvent():
+                await self._on_error(event)
+            case UnknownEvent(type=event_type):
+                logger.trace(f"{self}: ignoring unknown event {event_type!r}")
+            case _:
+                pass  # session.created / session.updated after the handshake
+
+    async def _on_delta(self, delta: str) -> None:
+        if not delta or not self._turns or not self._generation_open:
+            return
+        turn = self._turns[0]
+        if turn.first_delta_at is None:
+            turn.first_delta_at = time.monotonic()
+        turn.text += delta
+        await self.push_frame(
+            InterimTranscriptionFrame(turn.text.strip(), self._user_id, time_now_iso8601())
+        )
+
+    async def _on_done(self, event: TranscriptionDone) -> None:
+        if not self._turns:
+            logger.warning(f"{self}: transcription.done with no turn waiting; ignored")
+            return
+        turn = self._turns.popleft()
+        text = event.text.strip() or turn.text.strip()
+        now = time.monotonic()
+        metrics = TurnMetrics(
+            first_delta_s=(turn.first_delta_at - self._generation_started_at)
+            if turn.first_delta_at
+            else None,
+            final_after_commit_s=(now - self._final_sent_at) if self._final_sent_at else None,
+            audio_s=turn.audio_bytes / 32_000,
+            text=text,
+            usage=event.usage,
+        )
+        await self._after_done()
+        if text:
+            await self.emit_stt_usage_metrics()
+            frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), result=event)
+            frame.finalized = True
+            await self.push_frame(frame)
+        logger.debug(
+            f"{self}: final {text!r} (first delta {metrics.first_delta_s}, "
+            f"final after commit {metrics.final_after_commit_s})"
+        )
+        await self._call_event_handler("on_turn_metrics", metrics)
+
+    async def _on_error(self, event: ErrorEvent) -> None:
+        code = event.code or "unknown"
+        hint = _ERROR_HINTS.get(code)
+        message = f"Voxtral realtime STT error [{code}]: {event.error}"
+        await self.push_error(message + (f" ({hint})" if hint else ""))
+        if code == "processing_error" and self._generation_open:
+            # The server dropped the generation: restart it with the turn's audio.
+            await self._restart_generation("the server reported a processing error")
+
+    # ------------------------------------------------------------------ connection
+
+    async def _open_channel(self) -> RealtimeChannel:
+        """Open a channel and configure its session (``session.created`` → ``session.update``)."""
+        channel = await asyncio.wait_for(self._channel_factory(), self._connect_timeout_s)
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                while True:
+                    event = parse_server_event(await channel.receive())
+                    if isinstance(event, SessionCreated):
+                        break
+                    if isinstance(event, ErrorEvent):
+                        raise ChannelError(f"server refused the session: {event.error}")
+            await channel.send(SessionUpdate(model=str(self._settings.model)).to_json())
+        except (TimeoutError, ProtocolError, ChannelError) as exc:
+            await channel.close()
+            if isinstance(exc, ChannelError):
+                raise
+            raise ChannelError(f"no session.created from the STT server: {exc!r}") from exc
+        except BaseException:
+            await channel.close()
+            raise
+        return channel
+
+    async def _run_connection(self) -> None:
+        """Connect, receive until the channel ends, reconnect; give up after repeated failures."""
+        failures = 0
+        while not self._disconnecting:
+            try:
+                channel = await self._open_channel()
+            except (ChannelError, TimeoutError, OSError) as exc:
+                failures += 1
+                retryable = getattr(exc, "retryable", True)
+                if not retryable or failures >= self._reconnect_attempts:
+                    await self._give_up(f"cannot connect to the STT server: {exc}")
+                    return
+                await self.push_error(f"{self}: cannot connect (attempt {failures}): {exc}")
+                await asyncio.sleep(self._backoff(failures))
+                continue
+            failures = 0
+            await self._serve_channel(channel)
+            if self._disconnecting:
+                return
+            if self._rotating:
+                self._rotating = False
+                continue
+            lived = time.monotonic() - self._connected_at
+            if self._quick_failures.record(lived).should_give_up:
+                await self._give_up("the STT connection keeps failing right after connecting")
+                return
+            await asyncio.sleep(self._reconnect_min_wait_s)
+
+    async def _serve_channel(self, channel: RealtimeChannel) -> None:
+        self._channel = channel
+        self._connected_at = time.monotonic()
+        self._generation_open = False
+        self._final_sent_at = None
+        await self._call_event_handler("on_connected")
+        if self._turns:
+            await self._begin_generation(self._turns[0])  # replay the interrupted turn
+        try:
+            while True:
+                await self._handle_event(await channel.receive())
+        except ChannelError as exc:
+            if not self._disconnecting and not self._rotating:
+                logger.warning(f"{self}: STT connection lost ({exc}); reconnecting")
+                await self._call_event_handler("on_connection_error", str(exc))
+        finally:
+            self._channel = None
+            self._generation_open = False
+            await channel.close()
+            await self._call_event_handler("on_disconnected")
+
+    async def _send(self, text: str) -> None:
+        channel = self._channel
+        if channel is None:
+            return  # reconnecting: the turn's audio is kept and replayed
+        try:
+            await channel.send(text)
+            self._last_send_at = time.monotonic()
+        except ChannelError as exc:
+            logger.warning(f"{self}: send failed ({exc}); the turn will be replayed")
+            await channel.close()  # the receive loop sees the close and reconnects
+
+    async def _close_channel(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
+
+    async def _restart_generation(self, why: str) -> None:
+        turn = self._turns[0] if self._turns else None
+        if turn is not None:
+            turn.recoveries += 1
+            if turn.recoveries > _MAX_RECOVERIES_PER_TURN:
+                self._turns.popleft()
+                await self.push_error(f"{self}: giving up on a turn after repeated stalls ({why})")
+        logger.warning(f"{self}: restarting the generation: {why}")
+        channel = self._channel
+        if channel is not None:
+            await channel.close()  # reconnect + replay, the same path as a dropped socket
+
+    async def _give_up(self, message: str) -> None:
+        logger.error(f"{self}: {message}")
+        await self._call_event_handler("on_connection_error", message)
+        await self.push_error(f"{self}: {message}", force_treat_as_permanent=True)
+
+    def _backoff(self, attempt: int) -> float:
+        return exponential_backoff_time(
+            attempt,
+            min_wait=self._reconnect_min_wait_s,
+            max_wait=self._reconnect_max_wait_s,
+            multiplier=self._reconnect_min_wait_s or 0.1,
+        )
+
+    # ------------------------------------------------------------------ watchdog
+
+    async def _run_watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(_WATCHDOG_PERIOD_S)
+            try:
+                await self._check_generation()
+            except Exception as exc:  # never let the watchdog die silently
+                logger.exception(f"{self}: watchdog error: {exc}")
+
+    async def _check_generation(self) -> None:
+        now = time.monotonic()
+        if self._channel is None:
+            return
+        if not self._generation_open:
+            if (
+                not self._turns
+                and self._max_connection_age_s is not None
+                and now - self._connected_at > self._max_connection_age_s
+            ):
+                logger.info(f"{self}: rotating the STT connection before its maximum age")
+                self._rotating = True
+                await self._close_channel_for_rotation()
+            return
+        head = self._turns[0] if self._turns else None
+        silent_for = now - self._last_event_at
+        if self._final_sent_at is not None:
+            if silent_for > self._final_timeout_s:
+                await self.push_error(
+                    f"{self}: no final transcript {self._final_timeout_s:.1f}s after the final "
+                    "commit; restarting the generation"
+                )
+                await self._restart_generation("final transcript overdue")
+            return
+        if silent_for > self._stall_timeout_s and now - self._last_send_at < 1.0:
+            await self.push_error(
+                f"{self}: the STT server sent nothing for {silent_for:.1f}s while audio "
+                "flowed; restarting the generation"
+            )
+            await self._restart_generation("stalled generation")
+            return
+        if now - self._last_send_at > _KEEP_FLOWING_AFTER_S:
+            # The transport went quiet mid-turn: keep audio flowing so the engine never idles.
+            async with self._send_lock:
+                await self._send(encode_pcm_append(silence(0.1)))
+        if head is not None and now - self._generation_started_at > self._max_generation_s:
+            await self._split_turn()
+
+    async def _close_channel_for_rotation(self) -> None:
+        channel = self._channel
+        if channel is not None:
+            await channel.close()
+
+    async def _split_turn(self) -> None:
+        """End a very long turn here and carry on in a fresh generation."""
+        if not self._speaking:
+            return
+        logger.info(f"{self}: splitting a turn longer than {self._max_generation_s:.0f}s")
+        await self._end_turn()
+        await self._start_turn()
+
+
+def stt_service_from_settings(settings: STTConfig, **kwargs: Any) -> VoxtralRealtimeSTTService:
+    """Build the service for the configured transport (WebSocket or SageMaker)."""
+    if settings.transport == "sagemaker":
+        from agent.stt.sagemaker import sagemaker_channel_factory
+
+        factory = sagemaker_channel_factory(settings.sagemaker)
+        max_age: float | None = settings.sagemaker.max_connection_age_s
+    else:
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
+        factory = websocket_channel_factory(settings.url, headers=headers)
+        max_age = None
+    return VoxtralRealtimeSTTService(
+        channel_factory=factory,
+        settings=STTSettings(model=settings.model),
+        preroll_s=settings.preroll_s,
+        chunk_ms=settings.chunk_ms,
+        stall_timeout_s=settings.stall_timeout_s,
+        final_timeout_s=settings.final_timeout_s,
+        max_generation_s=settings.max_generation_s,
+        max_connection_age_s=max_age,
+        reconnect_min_wait_s=settings.reconnect_min_wait_s,
+        reconnect_max_wait_s=settings.reconnect_max_wait_s,
+        reconnect_attempts=settings.reconnect_attempts,
+        ttfs_p99_latency=settings.ttfs_p99_latency,
+        **kwargs,
+    )
