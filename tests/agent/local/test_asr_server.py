@@ -1,0 +1,451 @@
+"""The offline ASR server, driven through a real socket exactly as a vLLM client drives vLLM.
+
+One server (the session fixture ``asr_server_url``) serves every test here; each test opens
+its own connections, so they also prove connections don't leak state into each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError
+
+from agent.config import ASRServerSettings
+from agent.local import asr_server
+from agent.local.asr_server import build_app
+from agent.stt.protocol import (
+    AudioAppend,
+    Commit,
+    ErrorEvent,
+    ServerEvent,
+    SessionCreated,
+    SessionUpdate,
+    TranscriptionDelta,
+    TranscriptionDone,
+    encode_pcm_append,
+    parse_server_event,
+)
+from tests.conftest import BackgroundServer, requires_espeak
+from tests.speech import speech_at, word_error_rate
+
+pytestmark = [requires_espeak, pytest.mark.timeout(60)]
+
+RATE = 16_000
+WEATHER = "what is the weather like in paris today"
+CALL_BACK = "please call me back tomorrow morning"
+LIGHTS = "turn on the lights in the kitchen"
+SILENCE_400MS = bytes(2 * RATE * 4 // 10)
+
+
+@dataclass
+class Turn:
+    deltas: list[str] = field(default_factory=list)
+    done: TranscriptionDone | None = None
+
+
+async def recv(ws: ClientConnection) -> ServerEvent:
+    async with asyncio.timeout(20):
+        return parse_server_event(await ws.recv())
+
+
+async def open_session(url: str, model: str | None) -> ClientConnection:
+    """Connect, check ``session.created``, and (unless ``model`` is None) validate the model."""
+    ws = await connect(url)
+    created = await recv(ws)
+    assert isinstance(created, SessionCreated)
+    if model is not None:
+        await ws.send(SessionUpdate(model).to_json())
+    return ws
+
+
+async def stream(ws: ClientConnection, pcm: bytes, *, chunk_ms: int = 40, speed: float = 0) -> None:
+    """Append ``pcm`` in ``chunk_ms`` pieces, paced at ``speed`` times real time (0: no pacing)."""
+    step = RATE * 2 * chunk_ms // 1000
+    for start in range(0, len(pcm), step):
+        await ws.send(encode_pcm_append(pcm[start : start + step]))
+        if speed:
+            await asyncio.sleep(chunk_ms / 1000 / speed)
+
+
+async def until_done(ws: ClientConnection) -> Turn:
+    turn = Turn()
+    while turn.done is None:
+        event = await recv(ws)
+        if isinstance(event, TranscriptionDelta):
+            turn.deltas.append(event.delta)
+        elif isinstance(event, TranscriptionDone):
+            turn.done = event
+        else:
+            raise AssertionError(f"unexpected event {event}")
+    return turn
+
+
+async def utterance(ws: ClientConnection, text: str, *, speed: float = 0) -> str:
+    """One whole utterance: start commit, the speech, final commit; returns ``done.text``."""
+    await ws.send(Commit().to_json())
+    await stream(ws, speech_at(text, RATE) + SILENCE_400MS, speed=speed)
+    await ws.send(Commit(final=True).to_json())
+    turn = await until_done(ws)
+    assert turn.done is not None
+    return turn.done.text
+
+
+async def expect_error(ws: ClientConnection, code: str) -> ErrorEvent:
+    event = await recv(ws)
+    assert isinstance(event, ErrorEvent), event
+    assert event.code == code, event
+    return event
+
+
+def assert_heard(reference: str, text: str) -> None:
+    assert word_error_rate(reference, text) <= 0.2, f"heard {text!r} for {reference!r}"
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def http_url(ws_url: str) -> str:
+    return ws_url.replace("ws://", "http://").removesuffix("/v1/realtime")
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, json.loads(response.read())
+
+
+def test_health_answers_ok_once_the_model_is_loaded(asr_server_url: str) -> None:
+    status, body = get_json(http_url(asr_server_url) + "/health")
+    assert status == 200
+    assert body["status"] == "ok"
+
+
+def test_models_lists_the_served_name(asr_server_url: str, asr_model_name: str) -> None:
+    status, body = get_json(http_url(asr_server_url) + "/v1/models")
+    assert status == 200
+    assert body["object"] == "list"
+    assert [card["id"] for card in body["data"]] == [asr_model_name]
+    assert body["data"][0]["object"] == "model"
+
+
+# ----------------------------------------------------------------------------- transcription
+
+
+async def test_session_created_comes_first_with_an_id(asr_server_url: str) -> None:
+    async with connect(asr_server_url) as ws:
+        event = await recv(ws)
+        assert isinstance(event, SessionCreated)
+        assert event.id.startswith("sess-")
+        assert abs(event.created - time.time()) < 60
+
+
+async def test_streamed_sentence_gets_deltas_then_done(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, speech_at(WEATHER, RATE) + SILENCE_400MS, chunk_ms=40, speed=2)
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+    assert turn.done is not None
+    assert_heard(WEATHER, turn.done.text)
+    assert [delta for delta in turn.deltas if delta], "no text arrived before done"
+    assert turn.done.usage is not None
+    assert turn.done.usage["completion_tokens"] == len(turn.done.text.split())
+    assert turn.done.usage["total_tokens"] > turn.done.usage["completion_tokens"]
+
+
+async def test_deltas_are_the_transcript_when_nothing_was_revised(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    """Deltas only ever append: joined they are a word-prefix of (here: equal to) ``done``."""
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, speech_at(CALL_BACK, RATE) + SILENCE_400MS, chunk_ms=20, speed=1.5)
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+    assert turn.done is not None
+    joined = "".join(turn.deltas)
+    assert len(joined.split()) >= 2, f"too little text in deltas: {turn.deltas}"
+    assert turn.done.text.startswith(joined)
+    assert_heard(CALL_BACK, turn.done.text)
+
+
+async def test_two_utterances_on_one_socket(asr_server_url: str, asr_model_name: str) -> None:
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        assert_heard(CALL_BACK, await utterance(ws, CALL_BACK))
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+async def test_audio_before_the_start_commit_belongs_to_the_utterance(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    """Appends between ``done`` and the next start commit are the next utterance's start."""
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit(final=True).to_json())
+        empty = await until_done(ws)
+        assert empty.done is not None and empty.done.text == ""
+        pcm = speech_at(LIGHTS, RATE)
+        await stream(ws, pcm[: len(pcm) // 2])  # before the commit
+        await ws.send(Commit().to_json())
+        await ws.send(Commit().to_json())  # ignored: a generation is already open
+        await stream(ws, pcm[len(pcm) // 2 :] + SILENCE_400MS)
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+        assert turn.done is not None
+        assert_heard(LIGHTS, turn.done.text)
+        # the ignored second start commit produced no second generation or done
+        await ws.send(Commit(final=True).to_json())
+        after = await until_done(ws)
+        assert after.done is not None and after.done.text == ""
+
+
+async def test_final_commit_without_a_start_decodes_the_buffer(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await stream(ws, speech_at(CALL_BACK, RATE))
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+    assert turn.done is not None
+    assert_heard(CALL_BACK, turn.done.text)
+
+
+async def test_concurrent_connections_get_their_own_transcripts(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    first = await open_session(asr_server_url, asr_model_name)
+    second = await open_session(asr_server_url, asr_model_name)
+    async with first, second:
+        heard = await asyncio.gather(
+            utterance(first, WEATHER, speed=3), utterance(second, LIGHTS, speed=3)
+        )
+    assert_heard(WEATHER, heard[0])
+    assert_heard(LIGHTS, heard[1])
+
+
+async def test_a_client_vanishing_mid_sentence_does_not_disturb_another(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    leaver = await open_session(asr_server_url, asr_model_name)
+    stayer = await open_session(asr_server_url, asr_model_name)
+    async with stayer:
+        await leaver.send(Commit().to_json())
+        await stayer.send(Commit().to_json())
+        weather, lights = speech_at(WEATHER, RATE), speech_at(LIGHTS, RATE)
+        await asyncio.gather(
+            stream(leaver, weather[: len(weather) // 2], speed=3),
+            stream(stayer, lights[: len(lights) // 2], speed=3),
+        )
+        leaver.transport.abort()  # gone without a close frame, a partial decode pending
+        await stream(stayer, lights[len(lights) // 2 :] + SILENCE_400MS, speed=3)
+        await stayer.send(Commit(final=True).to_json())
+        turn = await until_done(stayer)
+        assert turn.done is not None
+        assert_heard(LIGHTS, turn.done.text)
+        assert_heard(CALL_BACK, await utterance(stayer, CALL_BACK))
+    assert get_json(http_url(asr_server_url) + "/health")[0] == 200
+
+
+async def test_utterance_longer_than_the_limit_is_refused(
+    asr_server_url: str, asr_model_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(asr_server, "MAX_UTTERANCE_S", 1.0)
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await ws.send(AudioAppend.from_pcm(bytes(2 * RATE)).to_json())  # exactly the limit
+        await ws.send(AudioAppend.from_pcm(bytes(640)).to_json())
+        error = await expect_error(ws, "processing_error")
+        assert "final commit" in error.error
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+        assert turn.done is not None and turn.done.text == ""
+        assert turn.done.usage is not None and turn.done.usage["prompt_tokens"] == -(-RATE // 1280)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+async def test_invalid_json_is_an_error_and_the_session_goes_on(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send("{not json")
+        await expect_error(ws, "invalid_json")
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+async def test_unknown_event_is_an_error_and_the_session_goes_on(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(json.dumps({"type": "response.create"}))
+        error = await expect_error(ws, "unknown_event")
+        assert "response.create" in error.error
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+@pytest.mark.parametrize("audio", ["not base64!", "", "AAE=AA", "AA=="])
+async def test_invalid_audio_is_an_error_and_the_session_goes_on(
+    asr_server_url: str, asr_model_name: str, audio: str
+) -> None:
+    """Not base64, empty, bad padding, an odd byte count (half a sample)."""
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        await expect_error(ws, "invalid_audio")
+        await stream(ws, speech_at(LIGHTS, RATE))
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+        assert turn.done is not None
+        assert_heard(LIGHTS, turn.done.text)
+
+
+async def test_commit_before_session_update_is_model_not_validated(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, model=None)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await expect_error(ws, "model_not_validated")
+        await ws.send(Commit(final=True).to_json())
+        await expect_error(ws, "model_not_validated")
+        await ws.send(SessionUpdate(asr_model_name).to_json())
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+async def test_wrong_model_is_model_not_found_and_stays_unvalidated(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(asr_server_url, model="openai/whisper-large-v3")
+    async with ws:
+        error = await expect_error(ws, "model_not_found")
+        assert "openai/whisper-large-v3" in error.error
+        await ws.send(Commit().to_json())
+        await expect_error(ws, "model_not_validated")
+        await ws.send(SessionUpdate(asr_model_name).to_json())
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+async def test_missing_model_is_invalid_event_like_vllm(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    """vLLM answers a session.update without ``model`` with ``invalid_event``."""
+    ws = await open_session(asr_server_url, model=None)
+    async with ws:
+        await ws.send(json.dumps({"type": "session.update"}))
+        await expect_error(ws, "invalid_event")
+        await ws.send(Commit().to_json())
+        await expect_error(ws, "model_not_validated")
+        await ws.send(SessionUpdate(asr_model_name).to_json())
+        assert_heard(LIGHTS, await utterance(ws, LIGHTS))
+
+
+async def test_binary_frame_ends_the_session_without_a_close_frame(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    """As vLLM (``receive_text()`` fails, its handler returns): the connection just drops."""
+    ws = await open_session(asr_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await ws.send(speech_at(LIGHTS, RATE)[:3200])  # raw PCM in a binary frame
+        with pytest.raises(ConnectionClosed) as closed:
+            await recv(ws)
+    assert isinstance(closed.value, ConnectionClosedError)
+    assert closed.value.rcvd is None  # no close frame: code 1006 for the client
+    other = await open_session(asr_server_url, asr_model_name)
+    async with other:
+        assert_heard(LIGHTS, await utterance(other, LIGHTS))
+
+
+# ----------------------------------------------------------------------------- decode failures
+
+
+class FlakyRecognizer:
+    """Fails its first decode the way CTranslate2 does (RuntimeError), then hears words."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("simulated decoder failure")
+        return "hello there"
+
+
+@pytest.fixture
+def flaky_server_url(asr_model_name: str) -> Iterator[str]:
+    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=60)
+    server = BackgroundServer(build_app(settings, FlakyRecognizer()))
+    port = server.start()
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+    finally:
+        server.stop()
+
+
+async def test_a_failed_decode_is_a_processing_error_and_the_session_goes_on(
+    flaky_server_url: str, asr_model_name: str
+) -> None:
+    ws = await open_session(flaky_server_url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, bytes(3200))
+        await ws.send(Commit(final=True).to_json())
+        error = await expect_error(ws, "processing_error")
+        assert "simulated decoder failure" in error.error
+        await ws.send(Commit().to_json())
+        await stream(ws, bytes(3200))
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+        assert turn.done is not None and turn.done.text == "hello there"
+        assert turn.deltas == ["hello there"]
+
+
+# ----------------------------------------------------------------------------- delta rules
+
+
+@pytest.mark.parametrize(
+    ("hypothesis", "stable"),
+    [
+        ("Please call.", "Please"),
+        ("Please call me back tomorrow,", "Please call me back"),
+        ("What is the weather like in Paris?", "What is the weather like in"),
+        ("Hello", ""),
+        ("", ""),
+    ],
+)
+def test_partials_hold_back_their_last_word(hypothesis: str, stable: str) -> None:
+    assert asr_server._stable_prefix(hypothesis) == stable
+
+
+@pytest.mark.parametrize(
+    ("text", "emitted", "extends"),
+    [
+        ("Please call me", "Please", True),
+        ("Please call me", "", True),
+        ("Please call me back tomorrow", "Please call me back to", False),  # mid-word
+        ("please call me", "Please", False),  # revised: wait for done
+        ("Please", "Please", False),  # nothing new
+    ],
+)
+def test_deltas_only_append_whole_words(text: str, emitted: str, extends: bool) -> None:
+    assert asr_server._extends(text, emitted) is extends

@@ -1,0 +1,84 @@
+"""The STT service with real speech against the offline realtime ASR server (same protocol
+as vLLM): transcripts at telephony and wideband rates, and no word lost when the socket
+drops mid-sentence.
+
+Word-error bounds (faster-whisper tiny.en is the recognizer, so these are its limits, not the
+service's): wideband input, each sentence ≤ 0.25 WER and the mean ≤ 0.10. At 8 kHz, espeak-ng's
+robotic voice loses what tiny.en needs (measured by decoding the same audio directly: mean
+0.17), so its mean bound is 0.30; the natural Piper voice at 8 kHz keeps the tight bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.stt.channels import websocket_channel_factory
+from agent.stt.client import RealtimeTranscriber
+from agent.stt.service import VoxtralRealtimeSTTService
+from tests.agent.stt.dropping_relay import DroppingRelay
+from tests.conftest import requires_espeak
+from tests.speech import SENTENCES, speech_at, word_error_rate
+
+pytestmark = requires_espeak
+
+MAX_WER, MAX_MEAN_WER = 0.25, 0.10
+
+
+def service_for(url: str, model: str) -> VoxtralRealtimeSTTService:
+    return VoxtralRealtimeSTTService(
+        channel_factory=websocket_channel_factory(url),
+        settings=VoxtralRealtimeSTTService.Settings(model=model),
+        preroll_s=0.0,
+        reconnect_min_wait_s=0.05,
+        final_timeout_s=15,
+    )
+
+
+async def transcribe(url: str, model: str, pcm: bytes, rate: int, *, pace: bool = False) -> str:
+    async with RealtimeTranscriber(service_for(url, model), sample_rate=rate) as transcriber:
+        assert await transcriber.wait_connected(timeout=10)
+        await transcriber.start_turn()
+        await transcriber.feed(pcm, realtime=pace)
+        await transcriber.end_turn()
+        while True:
+            event = await transcriber.next_event(timeout=30)
+            if event.kind == "final":
+                return event.text
+
+
+@pytest.mark.parametrize(
+    ("rate", "voice", "max_wer", "max_mean_wer"),
+    [
+        (48_000, "espeak", MAX_WER, MAX_MEAN_WER),
+        (8_000, "espeak", 0.6, 0.30),
+        (8_000, "piper", MAX_WER, MAX_MEAN_WER),
+    ],
+)
+async def test_sentences_are_transcribed_within_the_word_error_bound(
+    asr_server_url: str,
+    asr_model_name: str,
+    rate: int,
+    voice: str,
+    max_wer: float,
+    max_mean_wer: float,
+) -> None:
+    rates = []
+    for sentence in SENTENCES[:5]:
+        pcm = speech_at(sentence, rate, voice=voice)
+        text = await transcribe(asr_server_url, asr_model_name, pcm, rate)
+        rates.append(word_error_rate(sentence, text))
+        assert rates[-1] <= max_wer, f"{sentence!r} came back as {text!r}"
+    assert sum(rates) / len(rates) <= max_mean_wer, rates
+
+
+async def test_a_socket_dropped_mid_sentence_still_yields_every_word(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    sentence = "i would like to book a table for two people"
+    pcm = speech_at(sentence, 16_000)
+    half = len(pcm) // 640 // 2  # drop after about half of the 20 ms appends
+    async with DroppingRelay(asr_server_url, drop_after_appends=half) as relay:
+        text = await transcribe(relay.url, asr_model_name, pcm, 16_000, pace=True)
+    assert relay.drops == 1 and relay.connections == 2
+    assert word_error_rate(sentence, text) <= MAX_WER, text
+    assert "people" in text.lower() and "like" in text.lower()
