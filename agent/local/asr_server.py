@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -161,10 +160,10 @@ class RealtimeSession:
         elif isinstance(event, Commit):
             await self._commit(event)
         elif isinstance(event, SessionUpdate):
-            await self._session_update(event, text)
+            await self._session_update(event)
 
-    async def _session_update(self, event: SessionUpdate, text: str) -> None:
-        if not event.model and json.loads(text).get("model") is None:
+    async def _session_update(self, event: SessionUpdate) -> None:
+        if event.model is None:
             await self._error("Missing required field: model", "invalid_event")
         elif event.model and event.model != self._model_name:
             await self._error(f"The model `{event.model}` does not exist.", "model_not_found")

@@ -45,9 +45,13 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class SessionUpdate:
-    """Selects the served model; vLLM requires it before the first commit."""
+    """Selects the served model; vLLM requires it before the first commit.
 
-    model: str
+    ``model`` is ``None`` only when parsed from a message that lacked it (vLLM answers
+    ``invalid_event``); an empty string means "the default model" to vLLM.
+    """
+
+    model: str | None
     type: str = "session.update"
 
     def to_json(self) -> str:
@@ -269,5 +273,5 @@ def parse_client_event(message: str | bytes) -> ClientEvent:
         model = data.get("model")
         if model is not None and not isinstance(model, str):
             raise ProtocolError("'model' must be a string")
-        return SessionUpdate(model or "")
+        return SessionUpdate(model)
     raise ProtocolError(f"Unknown event type: {event_type}", code="unknown_event")
