@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -59,6 +60,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "the SageMaker channel needs the 'sagemaker' extra: "
         "pip install 'voice-agent[sagemaker]' (aws-sdk-sagemaker-runtime-http2, awscrt)"
     ) from exc
+
+ENDPOINT_URL_ENV = "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME_HTTP2"
+"""The AWS SDKs' variable for a service-specific endpoint (VPC endpoints, local stand-ins)."""
 
 DEFAULT_ENDPOINT_URL = "https://runtime.sagemaker.{region}.amazonaws.com:8443"
 """The runtime's HTTP/2 endpoint (port 8443, not the classic runtime's 443)."""
@@ -219,7 +223,11 @@ class SageMakerChannel:
                 "(stt.sagemaker.endpoint_name, stt.sagemaker.region)",
                 retryable=False,
             )
-        url = endpoint_url or DEFAULT_ENDPOINT_URL.format(region=region)
+        url = (
+            endpoint_url
+            or os.environ.get(ENDPOINT_URL_ENV)
+            or DEFAULT_ENDPOINT_URL.format(region=region)
+        )
         description = f"endpoint {endpoint_name!r} at {url}"
         client: AsyncSageMakerRuntimeHTTP2Client | None = None
         transport = _CRTTransport()
