@@ -92,6 +92,11 @@ class LLMSettings(_Section):
     )
     temperature: float = Field(default=0.7, ge=0, le=2)
     max_tokens: int = Field(default=200, ge=1)
+    tools: list[str] = Field(
+        default_factory=lambda: [],
+        description="Registered tools to offer the model (agent/llm/tools.py), e.g. "
+        '["get_current_time"]. vLLM needs --enable-auto-tool-choice for tools.',
+    )
 
     @model_validator(mode="after")
     def _model_with_url(self) -> LLMSettings:
@@ -114,12 +119,37 @@ class TTSSettings(_Section):
     sample_rate: int = Field(default=22050, gt=0)
 
 
+class IceServerSettings(_Section):
+    """A STUN or TURN server for WebRTC calls across networks (TURN needs credentials)."""
+
+    urls: str | list[str]
+    username: str | None = None
+    credential: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_url(cls, value: Any) -> Any:
+        return {"urls": value} if isinstance(value, str) else value
+
+
+class TurnSettings(_Section):
+    """When a user turn starts and ends (Silero VAD, optional Smart Turn)."""
+
+    vad_start_secs: float = Field(default=0.2, gt=0, le=2)
+    vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
+    user_speech_timeout_s: float = Field(default=0.0, ge=0, le=5)
+    smart_turn: bool = False
+
+
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=7860, ge=0, le=65535)
     max_calls: int = Field(default=50, ge=1)
     public_url: str | None = None
-    ice_servers: list[str] = Field(default_factory=lambda: [])
+    ice_servers: list[IceServerSettings] = Field(
+        default_factory=lambda: [],
+        description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
+    )
     start_local_services: bool = True
 
 
@@ -140,6 +170,7 @@ class Settings(BaseSettings):
     asr_server: ASRServerSettings = ASRServerSettings()
     llm: LLMSettings = LLMSettings()
     tts: TTSSettings = TTSSettings()
+    turn: TurnSettings = TurnSettings()
     twilio: TwilioSettings = TwilioSettings()
 
     @model_validator(mode="after")

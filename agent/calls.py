@@ -1,0 +1,168 @@
+"""The call registry: how many calls may run at once, and that every call ends cleanly.
+
+A call is reserved *before* any expensive work (peer connection, STT socket, pipeline), so a
+busy server refuses cheaply. The reservation is released exactly once, however the call ends:
+the pipeline finishes, the client vanishes, the pipeline fails, or the server shuts down
+(:meth:`CallRegistry.shutdown` cancels every call and waits for it).
+
+Counters (active, started, ended, refused) are kept for health and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+
+
+class CallLimitReached(RuntimeError):
+    """The server already runs its maximum number of concurrent calls."""
+
+    def __init__(self, max_calls: int) -> None:
+        super().__init__(
+            f"the server is at its limit of {max_calls} concurrent calls; try again later "
+            "(raise server.max_calls / VOICE_AGENT_SERVER__MAX_CALLS if the machine can take more)"
+        )
+        self.max_calls = max_calls
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    active: int
+    started: int
+    ended: int
+    refused: int
+    max_calls: int
+
+
+@dataclass(eq=False)
+class Call:
+    """One reserved slot: a call that is being set up or is running."""
+
+    id: str
+    kind: str
+    registry: CallRegistry = field(repr=False)
+    created_at: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[Any] | None = field(default=None, repr=False)
+    released: bool = False
+    user_transcript: list[str] = field(default_factory=list)
+    bot_transcript: list[str] = field(default_factory=list)
+
+    def release(self) -> None:
+        """Give the slot back. Idempotent: only the first call counts."""
+        self.registry._release(self)
+
+
+class CallRegistry:
+    """Counts, limits and owns the calls of one server process."""
+
+    def __init__(self, *, max_calls: int, history: int = 50) -> None:
+        if max_calls < 1:
+            raise ValueError("max_calls must be at least 1")
+        self._max_calls = max_calls
+        self._calls: dict[str, Call] = {}
+        self._history: deque[Call] = deque(maxlen=history)
+        self._started = 0
+        self._ended = 0
+        self._refused = 0
+        self._closing = False
+        self._seq = itertools.count(1)
+
+    @property
+    def max_calls(self) -> int:
+        return self._max_calls
+
+    @property
+    def stats(self) -> CallStats:
+        return CallStats(
+            active=len(self._calls),
+            started=self._started,
+            ended=self._ended,
+            refused=self._refused,
+            max_calls=self._max_calls,
+        )
+
+    @property
+    def has_capacity(self) -> bool:
+        return not self._closing and len(self._calls) < self._max_calls
+
+    def calls(self) -> list[Call]:
+        return list(self._calls.values())
+
+    def get(self, call_id: str) -> Call | None:
+        return self._calls.get(call_id)
+
+    def recent(self) -> list[Call]:
+        """The last calls that ended, oldest first (for inspection and tests)."""
+        return list(self._history)
+
+    def reserve(self, kind: str) -> Call:
+        """Take a slot for a new call of ``kind`` (``webrtc``, ``twilio`` …).
+
+        Raises:
+            CallLimitReached: all slots are taken or the server is shutting down.
+        """
+        if not self.has_capacity:
+            self._refused += 1
+            logger.warning(f"refusing a {kind} call: {len(self._calls)}/{self._max_calls} active")
+            raise CallLimitReached(self._max_calls)
+        call_id = f"{kind}-{next(self._seq)}-{uuid.uuid4().hex[:8]}"
+        call = Call(id=call_id, kind=kind, registry=self)
+        self._calls[call_id] = call
+        self._started += 1
+        logger.info(f"call {call_id} reserved ({len(self._calls)}/{self._max_calls} active)")
+        return call
+
+    def spawn(self, call: Call, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Run ``work`` for ``call`` in the background; the slot is released when it ends."""
+        task = asyncio.get_running_loop().create_task(self.run(call, work), name=f"call:{call.id}")
+        call.task = task
+        return task
+
+    async def run(self, call: Call, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` for ``call`` in the current task (e.g. a WebSocket handler).
+
+        Errors are logged, never raised: one failing call must not harm the server.
+        Cancellation propagates, after the slot is released.
+        """
+        if call.task is None:
+            call.task = asyncio.current_task()
+        try:
+            await work
+        except asyncio.CancelledError:
+            logger.info(f"call {call.id} cancelled")
+            raise
+        except Exception:
+            logger.exception(f"call {call.id} failed")
+        finally:
+            call.release()
+
+    def _release(self, call: Call) -> None:
+        if call.released:
+            return
+        call.released = True
+        if self._calls.pop(call.id, None) is not None:
+            self._ended += 1
+            self._history.append(call)
+        logger.info(f"call {call.id} ended ({len(self._calls)}/{self._max_calls} active)")
+
+    async def shutdown(self, *, grace_s: float = 10.0) -> None:
+        """Refuse new calls, cancel every running call and wait for each to finish."""
+        self._closing = True
+        current = asyncio.current_task()
+        tasks = [c.task for c in self._calls.values() if c.task and c.task is not current]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                logger.error(f"{task.get_name()} did not stop within {grace_s} s of cancellation")
+        for call in list(self._calls.values()):  # reservations that never got a task
+            call.release()

@@ -1,0 +1,240 @@
+/*
+ * Voice agent playground: a plain WebRTC client for the SmallWebRTC server, no CDN, no bundler.
+ *
+ * Flow: getUserMedia -> RTCPeerConnection (one audio transceiver + a data channel)
+ *   -> POST /start (ICE servers, busy check) -> POST /sessions/{id}/api/offer with the SDP
+ *   -> remote audio into <audio id="bot-audio">; late ICE candidates go by PATCH.
+ *
+ * Data channel, client -> server:
+ *   "ping" every second (SmallWebRTC's keep-alive: the server ends a call whose pings stop);
+ *   {"label":"rtvi-ai","type":"client-ready","id":..,"data":{"version":"2.2.0","about":{..}}}.
+ *
+ * Data channel, server -> client: Pipecat RTVI messages (label "rtvi-ai"). The page listens to
+ *   user-transcription {text, final}   the user's words, interim (grey) then final
+ *   bot-output {text, segment_id, spoken_status, output_type}   the bot's reply, by segment
+ *   bot-tts-text {text}                the bot's spoken text (used when bot-output is absent)
+ *   bot-llm-text {text}                the LLM's streamed tokens (used when neither is present)
+ *   user-started/stopped-speaking, bot-started/stopped-speaking   the activity pills
+ *   bot-ready, error, error-response  status line
+ */
+"use strict";
+
+const RTVI_LABEL = "rtvi-ai";
+const RTVI_VERSION = "2.2.0";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  button: $("connect"), status: $("status"), transcript: $("transcript"), empty: $("empty"),
+  error: $("error"), audio: $("bot-audio"), userPill: $("user-speaking"), botPill: $("bot-speaking"),
+};
+
+let session = null; // {pc, dc, stream, pingTimer, pcId, sessionId}
+let userBubble = null; // {el, finals: [], interim: ""}
+let botBubble = null; // {el, segments: Map, order: [], tts: "", llm: ""}
+
+function setStatus(text, kind) {
+  ui.status.textContent = text;
+  ui.status.className = "pill " + kind;
+}
+
+function showError(text) { ui.error.textContent = text || ""; }
+
+function setPill(pill, active) { pill.className = "pill " + (active ? "active" : "dim"); }
+
+function addBubble(kind) {
+  if (ui.empty) { ui.empty.remove(); ui.empty = null; }
+  const el = document.createElement("div");
+  el.className = "msg " + kind;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = kind === "user" ? "You" : "Bot";
+  const body = document.createElement("span");
+  body.className = "text";
+  const interim = document.createElement("span");
+  interim.className = "interim";
+  el.append(who, body, interim);
+  ui.transcript.append(el);
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+  return el;
+}
+
+function renderUser() {
+  userBubble.el.querySelector(".text").textContent = userBubble.finals.join(" ");
+  userBubble.el.querySelector(".interim").textContent =
+    (userBubble.finals.length && userBubble.interim ? " " : "") + userBubble.interim;
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function onUserText(text, final) {
+  text = (text || "").trim();
+  if (!text) return;
+  botBubble = null; // the user speaks: the next bot text starts a new reply
+  if (!userBubble) userBubble = { el: addBubble("user"), finals: [], interim: "" };
+  if (final) { userBubble.finals.push(text); userBubble.interim = ""; }
+  else { userBubble.interim = text; }
+  renderUser();
+}
+
+function ensureBot() {
+  if (!botBubble) {
+    botBubble = { el: addBubble("bot"), segments: new Map(), order: [], tts: "", llm: "" };
+    userBubble = null; // the bot answers: the user's next words start a new turn
+  }
+  return botBubble;
+}
+
+function renderBot() {
+  const b = botBubble;
+  let text = b.order.map((id) => b.segments.get(id)).join(" ");
+  if (!text) text = b.tts || b.llm;
+  b.el.querySelector(".text").textContent = text.trim();
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function joinText(sofar, piece) {
+  if (!sofar) return piece;
+  if (/^[\s.,!?;:]/.test(piece) || /\s$/.test(sofar)) return sofar + piece;
+  return sofar + " " + piece;
+}
+
+function onBotOutput(data) {
+  if (!data || !data.text) return;
+  if (data.output_type === "word" || data.output_type === "token") return;
+  const b = ensureBot();
+  const id = data.segment_id != null ? String(data.segment_id) : "s" + b.order.length;
+  if (!b.segments.has(id)) b.order.push(id);
+  b.segments.set(id, data.text.trim());
+  renderBot();
+}
+
+function handleRtvi(msg) {
+  const data = msg.data || {};
+  switch (msg.type) {
+    case "bot-ready": setStatus("Connected", "connected"); break;
+    case "user-transcription": onUserText(data.text, !!data.final); break;
+    case "bot-output": onBotOutput(data); break;
+    case "bot-tts-text": { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); break; }
+    case "bot-llm-text": { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); break; }
+    case "user-started-speaking": setPill(ui.userPill, true); break;
+    case "user-stopped-speaking": setPill(ui.userPill, false); break;
+    case "bot-started-speaking": setPill(ui.botPill, true); break;
+    case "bot-stopped-speaking": setPill(ui.botPill, false); break;
+    case "error": case "error-response": showError(data.error || data.message || "server error"); break;
+    default: break;
+  }
+}
+
+function onChannelMessage(event) {
+  if (typeof event.data !== "string") return;
+  let msg;
+  try { msg = JSON.parse(event.data); } catch { return; }
+  if (msg && msg.label === RTVI_LABEL) handleRtvi(msg);
+  else if (msg && msg.type === "signalling" && msg.message && msg.message.type === "peerLeft") {
+    disconnect("The agent ended the call.");
+  }
+}
+
+function waitForIce(pc, ms) {
+  if (pc.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => { pc.removeEventListener("icegatheringstatechange", check); resolve(); };
+    const check = () => { if (pc.iceGatheringState === "complete") done(); };
+    pc.addEventListener("icegatheringstatechange", check);
+    setTimeout(done, ms);
+  });
+}
+
+async function postJson(url, method, body) {
+  const res = await fetch(url, {
+    method, headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  const payload = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(payload.error || payload.detail || ("HTTP " + res.status));
+  return payload;
+}
+
+async function connect() {
+  showError("");
+  ui.button.disabled = true;
+  setStatus("Connecting…", "connecting");
+  try {
+    const start = await postJson("/start", "POST", { transport: "webrtc" });
+    const iceServers = (start.iceConfig && start.iceConfig.iceServers) || [];
+    const stream = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+    });
+    const pc = new RTCPeerConnection({ iceServers });
+    session = { pc, stream, dc: null, pingTimer: null, pcId: null, sessionId: start.sessionId,
+                lateCandidates: [] };
+
+    pc.addTransceiver(stream.getAudioTracks()[0], { direction: "sendrecv" });
+    pc.ontrack = (event) => { ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]); };
+    pc.onicecandidate = (event) => {
+      if (!event.candidate || !session) return;
+      const c = { candidate: event.candidate.candidate, sdp_mid: event.candidate.sdpMid,
+                  sdp_mline_index: event.candidate.sdpMLineIndex };
+      if (session.pcId) sendCandidates([c]); else session.lateCandidates.push(c);
+    };
+    pc.onconnectionstatechange = () => {
+      if (!session || session.pc !== pc) return;
+      if (pc.connectionState === "connected") setStatus("Connected", "connected");
+      if (pc.connectionState === "failed") disconnect("The connection failed (network or ICE).");
+    };
+
+    const dc = pc.createDataChannel("chat", { ordered: true });
+    session.dc = dc;
+    dc.onopen = () => {
+      dc.send(JSON.stringify({
+        label: RTVI_LABEL, type: "client-ready", id: "ready-" + Date.now(),
+        data: { version: RTVI_VERSION, about: { library: "voice-agent-playground" } },
+      }));
+      session.pingTimer = setInterval(() => { if (dc.readyState === "open") dc.send("ping"); }, 1000);
+    };
+    dc.onmessage = onChannelMessage;
+
+    await pc.setLocalDescription(await pc.createOffer());
+    await waitForIce(pc, 2000);
+    session.lateCandidates = []; // already inside the offer's SDP
+    const answer = await postJson(
+      "/sessions/" + encodeURIComponent(start.sessionId) + "/api/offer", "POST",
+      { sdp: pc.localDescription.sdp, type: pc.localDescription.type });
+    session.pcId = answer.pc_id;
+    await pc.setRemoteDescription({ sdp: answer.sdp, type: answer.type });
+    if (session.lateCandidates.length) sendCandidates(session.lateCandidates.splice(0));
+    ui.button.textContent = "Disconnect";
+    ui.button.className = "danger";
+  } catch (err) {
+    disconnect();
+    showError("Could not connect: " + (err && err.message ? err.message : err));
+  } finally {
+    ui.button.disabled = false;
+  }
+}
+
+function sendCandidates(candidates) {
+  const s = session;
+  if (!s || !s.pcId) return;
+  postJson("/sessions/" + encodeURIComponent(s.sessionId) + "/api/offer", "PATCH",
+           { pc_id: s.pcId, candidates }).catch(() => {});
+}
+
+function disconnect(reason) {
+  const s = session;
+  session = null;
+  if (s) {
+    clearInterval(s.pingTimer);
+    try { s.dc && s.dc.close(); } catch { /* already closed */ }
+    try { s.pc.close(); } catch { /* already closed */ }
+    s.stream && s.stream.getTracks().forEach((t) => t.stop());
+  }
+  ui.audio.srcObject = null;
+  setPill(ui.userPill, false);
+  setPill(ui.botPill, false);
+  setStatus("Disconnected", "idle");
+  ui.button.textContent = "Connect";
+  ui.button.className = "primary";
+  if (reason) showError(reason);
+}
+
+ui.button.addEventListener("click", () => { if (session) disconnect(); else connect(); });
+window.addEventListener("beforeunload", () => disconnect());

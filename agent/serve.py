@@ -1,0 +1,171 @@
+"""``voice-agent serve``: the server, plus the local helper servers the profile needs.
+
+In the default (offline) profile, ``server.start_local_services`` is on and this command
+first starts, as child processes, the CPU ASR server (``voice-agent asr-server``, answering
+``GET /health``) and Piper's TTS HTTP server (see :mod:`agent.local.piper_server`), waits
+until both answer, then serves the FastAPI app (``agent.server.create_app``) with uvicorn on
+``server.host:server.port``. The ``vllm`` and ``sagemaker`` profiles start nothing local.
+
+Shutdown: SIGINT/SIGTERM stop uvicorn gracefully, then the children. A child that dies
+stops the server too, with a log line naming it, and the command exits non-zero: a server
+without its recognizer or voice would only fail every call.
+
+Exit codes: 0 after a requested shutdown, 1 when a child or the server failed, 2 for a
+configuration problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+from loguru import logger
+
+from agent.config import ConfigError, Settings, load_settings
+from agent.local.piper_server import PiperUnavailable, piper_child
+from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
+
+
+class _ShutdownRequested(Exception):
+    """SIGINT or SIGTERM arrived (raised by our handler after uvicorn has shut down)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="voice-agent serve",
+        description="Run the voice-agent server (WebRTC, Twilio, playground). In the default "
+        "profile it also starts the local ASR and Piper TTS servers.",
+    )
+    parser.add_argument("--profile", help="settings profile: default, vllm or sagemaker")
+    parser.add_argument("--host", help="address to listen on (default from the profile)")
+    parser.add_argument("--port", type=int, help="port to listen on (default from the profile)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    server: dict[str, Any] = {}
+    if args.host is not None:
+        server["host"] = args.host
+    if args.port is not None:
+        server["port"] = args.port
+    try:
+        settings = load_settings(args.profile, overrides={"server": server} if server else None)
+        children = local_children(settings)
+    except (ConfigError, PiperUnavailable) as exc:
+        print(f"voice-agent serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(settings, children))
+    except KeyboardInterrupt:
+        return 0
+
+
+def local_children(settings: Settings) -> list[ChildSpec]:
+    """The child servers this profile needs (none unless ``server.start_local_services``)."""
+    if not settings.server.start_local_services:
+        return []
+    asr = settings.asr_server
+    children = [
+        ChildSpec(
+            name="asr-server",
+            argv=[
+                sys.executable,
+                "-m",
+                "agent.cli",
+                "asr-server",
+                "--profile",
+                settings.profile,
+                "--host",
+                asr.host,
+                "--port",
+                str(asr.port),
+            ],
+            ready_url=f"http://{_http_host(asr.host)}:{asr.port}/health",
+            ready_timeout_s=120.0,
+        )
+    ]
+    if settings.tts.kind == "piper":
+        children.append(piper_child(settings.tts.base_url))
+    return children
+
+
+def _http_host(host: str) -> str:
+    """Where to reach a server bound to ``host`` (a wildcard address means this machine)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+async def serve(settings: Settings, children: list[ChildSpec]) -> int:
+    """Start the children, serve until asked to stop or a child dies, stop the children."""
+    supervisor = Supervisor(children)
+    main_task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    startup_signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in startup_signals:  # until uvicorn takes the signals over
+        if main_task is not None:
+            loop.add_signal_handler(sig, main_task.cancel)
+    try:
+        try:
+            await supervisor.start()
+        except asyncio.CancelledError:
+            logger.info("interrupted while starting the local services")
+            return 0
+        except ChildFailed as exc:
+            logger.error(str(exc))
+            return 1
+        finally:
+            for sig in startup_signals:
+                loop.remove_signal_handler(sig)
+        return await _run_server(settings, supervisor)
+    finally:
+        supervisor.stop()
+
+
+async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
+    import uvicorn
+
+    try:
+        from agent.server import create_app
+    except ImportError as exc:
+        logger.error(f"the server app is not available: {exc}")
+        return 1
+
+    previous = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
+    config = uvicorn.Config(
+        create_app(settings), host=settings.server.host, port=settings.server.port
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(), name="uvicorn")
+    watching = asyncio.create_task(supervisor.wait_for_exit(), name="child-watch")
+    try:
+        done, _ = await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if watching in done:
+            logger.error(str(watching.result()))
+            server.should_exit = True
+            await asyncio.gather(serving, return_exceptions=True)
+            return 1
+        watching.cancel()
+        try:
+            serving.result()
+        except _ShutdownRequested:
+            logger.info("shut down on request")
+            return 0
+        if not server.started:
+            logger.error(
+                f"the server could not listen on {settings.server.host}:{settings.server.port}"
+                " (see the error above); pick another --port"
+            )
+            return 1
+        return 0
+    finally:
+        watching.cancel()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_shutdown(signum: int, _frame: FrameType | None) -> None:
+    raise _ShutdownRequested(signal.Signals(signum).name)

@@ -1,0 +1,281 @@
+"""WebRTC calls over SmallWebRTC (aiortc): the offer/answer routes and one pipeline per peer.
+
+Routes (any WebRTC client, plus the ones Pipecat's prebuilt client calls):
+
+- ``POST /api/offer``  ``{"sdp", "type", "pc_id"?, "restart_pc"?, "request_data"?}`` → answer
+  ``{"sdp", "type", "pc_id"}``. A ``pc_id`` we know renegotiates that call; otherwise a new call.
+- ``PATCH /api/offer`` ``{"pc_id", "candidates": [{"candidate", "sdp_mid", "sdp_mline_index"}]}``
+  trickles ICE candidates.
+- ``POST /start`` → ``{"sessionId", "iceConfig"?}``; then ``POST|PATCH
+  /sessions/{sessionId}/api/offer`` behave like the two routes above.
+
+Over the call limit, offers and ``/start`` answer 503 with ``{"error": ...}`` before any peer
+connection is made. A call ends when its pipeline ends, the peer closes, or the peer goes
+silent (no data-channel keep-alive, or never connects); the slot and the peer connection are
+released either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import JSONResponse
+from loguru import logger
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.transports.base_transport import TransportParams
+from pipecat.transports.smallwebrtc.connection import IceServer, SmallWebRTCConnection
+from pipecat.transports.smallwebrtc.request_handler import (
+    IceCandidate,
+    SmallWebRTCPatchRequest,
+    SmallWebRTCRequest,
+    SmallWebRTCRequestHandler,
+)
+from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
+
+from agent.calls import Call, CallLimitReached, CallRegistry
+from agent.config import Settings
+from agent.transports import CallLogObserver, TaskFactory, run_pipeline
+
+SESSION_TTL_S = 300.0
+"""How long a ``/start`` session waits for its offer before it is forgotten."""
+
+
+class WebRTCCalls:
+    """Owns the SmallWebRTC peers of one server and the routes that create them."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: CallRegistry,
+        task_factory: TaskFactory,
+        connect_timeout_s: float = 30.0,
+        keepalive_timeout_s: float = 4.0,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._task_factory = task_factory
+        self._connect_timeout_s = connect_timeout_s
+        self._keepalive_timeout_s = keepalive_timeout_s
+        self._ice_servers = [
+            IceServer(urls=ice.urls, username=ice.username, credential=ice.credential)
+            for ice in settings.server.ice_servers
+        ]
+        self._handler = SmallWebRTCRequestHandler(ice_servers=self._ice_servers or None)
+        self._calls_by_pc: dict[str, Call] = {}
+        self._sessions: dict[str, float] = {}  # /start session id → created (monotonic)
+        self.router = APIRouter()
+        self._add_routes()
+
+    # ------------------------------------------------------------------ routes
+
+    def _add_routes(self) -> None:
+        router = self.router
+        router.add_api_route("/api/offer", self._post_offer, methods=["POST"])
+        router.add_api_route("/api/offer", self._patch_offer, methods=["PATCH"])
+        router.add_api_route("/start", self._start, methods=["POST"])
+        router.add_api_route(
+            "/sessions/{session_id}/api/offer", self._post_session_offer, methods=["POST"]
+        )
+        router.add_api_route(
+            "/sessions/{session_id}/api/offer", self._patch_session_offer, methods=["PATCH"]
+        )
+
+    async def _post_offer(self, request: Request) -> Any:
+        return await self.offer(_offer_request(await _json_body(request)))
+
+    async def _patch_offer(self, request: Request) -> Any:
+        await self.add_candidates(_patch_request(await _json_body(request)))
+        return {"status": "success"}
+
+    async def _start(self, request: Request) -> Any:
+        if not self._registry.has_capacity:
+            return _busy(CallLimitReached(self._registry.max_calls))
+        self._forget_old_sessions()
+        session_id = str(uuid.uuid4())
+        self._sessions[session_id] = time.monotonic()
+        result: dict[str, Any] = {"sessionId": session_id}
+        if self._settings.server.ice_servers:
+            result["iceConfig"] = {
+                "iceServers": [
+                    ice.model_dump(exclude_none=True) for ice in self._settings.server.ice_servers
+                ]
+            }
+        return result
+
+    async def _post_session_offer(self, session_id: str, request: Request) -> Any:
+        self._check_session(session_id)
+        return await self.offer(_offer_request(await _json_body(request)))
+
+    async def _patch_session_offer(self, session_id: str, request: Request) -> Any:
+        self._check_session(session_id)
+        await self.add_candidates(_patch_request(await _json_body(request)))
+        return {"status": "success"}
+
+    def _check_session(self, session_id: str) -> None:
+        self._forget_old_sessions()
+        if session_id not in self._sessions:
+            raise HTTPException(
+                status_code=404,
+                detail=f"unknown or expired session {session_id!r}: POST /start for a new one",
+            )
+
+    def _forget_old_sessions(self) -> None:
+        horizon = time.monotonic() - SESSION_TTL_S
+        for session_id, created in list(self._sessions.items()):
+            if created < horizon:
+                del self._sessions[session_id]
+
+    # ------------------------------------------------------------------ calls
+
+    async def offer(self, request: SmallWebRTCRequest) -> Any:
+        """Answer an SDP offer: renegotiate a known peer, or reserve a slot and start a call."""
+        if request.pc_id and request.pc_id in self._calls_by_pc:
+            return await self._handler.handle_web_request(request, _no_new_connection)
+        try:
+            call = self._registry.reserve("webrtc")
+        except CallLimitReached as exc:
+            return _busy(exc)
+        connections: list[SmallWebRTCConnection] = []
+
+        async def keep(connection: SmallWebRTCConnection) -> None:
+            connections.append(connection)
+
+        try:
+            answer = await self._handler.handle_web_request(request, keep)
+        except Exception as exc:
+            call.release()
+            for connection in connections:
+                await connection.disconnect()
+            if isinstance(exc, HTTPException):
+                raise
+            raise HTTPException(status_code=400, detail=f"cannot answer this offer: {exc}") from exc
+        if not connections or answer is None:  # pragma: no cover - handler contract
+            call.release()
+            raise HTTPException(status_code=500, detail="no peer connection was created")
+        connection = connections[0]
+        self._calls_by_pc[connection.pc_id] = call
+        self._registry.spawn(call, self._run_call(call, connection))
+        return answer
+
+    async def add_candidates(self, request: SmallWebRTCPatchRequest) -> None:
+        await self._handler.handle_patch_request(request)
+
+    async def _run_call(self, call: Call, connection: SmallWebRTCConnection) -> None:
+        transport = SmallWebRTCTransport(
+            webrtc_connection=connection,
+            params=TransportParams(audio_in_enabled=True, audio_out_enabled=True),
+        )
+        observers: list[BaseObserver] = [CallLogObserver(call)]
+        task = self._task_factory(transport, self._settings, call_id=call.id, observers=observers)
+
+        @transport.event_handler("on_client_disconnected")
+        async def _left(_transport: Any, _client: Any) -> None:
+            logger.info(f"call {call.id}: WebRTC peer left")
+            await task.cancel(reason="peer left")
+
+        watchdog = asyncio.create_task(self._watch(call, connection, task), name=f"watch:{call.id}")
+        try:
+            await run_pipeline(task)
+        finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+            self._calls_by_pc.pop(connection.pc_id, None)
+            await connection.disconnect()
+
+    async def _watch(self, call: Call, connection: SmallWebRTCConnection, task: Any) -> None:
+        """End the call when the peer never connects or stops answering.
+
+        aiortc reports a vanished peer only after ICE consent fails (~30 s); clients that send
+        data-channel keep-alives (``ping`` every second, as Pipecat's clients and our
+        playground do) are noticed within ``keepalive_timeout_s``.
+        """
+        started = time.monotonic()
+        seen_connected = False
+        lost_since: float | None = None
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            if connection.is_connected():
+                seen_connected = True
+                lost_since = None
+                continue
+            if not seen_connected:
+                if now - started > self._connect_timeout_s:
+                    logger.warning(f"call {call.id}: peer never connected; ending the call")
+                    await task.cancel(reason="peer never connected")
+                    return
+                continue
+            lost_since = lost_since or now
+            if now - lost_since > self._keepalive_timeout_s:
+                logger.warning(f"call {call.id}: peer went silent; ending the call")
+                await task.cancel(reason="peer went silent")
+                return
+
+    async def close(self) -> None:
+        """Close every peer connection (after the registry has cancelled the calls)."""
+        await self._handler.close()
+        self._calls_by_pc.clear()
+        self._sessions.clear()
+
+
+async def _no_new_connection(connection: SmallWebRTCConnection) -> None:  # pragma: no cover
+    raise RuntimeError("renegotiation must not create a connection")
+
+
+def _busy(exc: CallLimitReached) -> JSONResponse:
+    return JSONResponse(status_code=503, content={"error": str(exc)}, headers={"Retry-After": "5"})
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise HTTPException(status_code=400, detail="the body must be a JSON object")
+    return body
+
+
+def _offer_request(body: dict[str, Any]) -> SmallWebRTCRequest:
+    sdp, kind = body.get("sdp"), body.get("type")
+    if not isinstance(sdp, str) or not sdp or kind != "offer":
+        raise HTTPException(
+            status_code=400,
+            detail='an offer needs {"sdp": "<SDP text>", "type": "offer"} (optional "pc_id")',
+        )
+    request_data = body.get("request_data", body.get("requestData"))
+    pc_id = body.get("pc_id")
+    return SmallWebRTCRequest(
+        sdp=sdp,
+        type=kind,
+        pc_id=pc_id if isinstance(pc_id, str) and pc_id else None,
+        restart_pc=bool(body.get("restart_pc")),
+        request_data=request_data,
+    )
+
+
+def _patch_request(body: dict[str, Any]) -> SmallWebRTCPatchRequest:
+    pc_id, candidates = body.get("pc_id"), body.get("candidates", [])
+    if not isinstance(pc_id, str) or not isinstance(candidates, list):
+        raise HTTPException(
+            status_code=400,
+            detail='an ICE patch needs {"pc_id": "...", "candidates": [{"candidate", "sdp_mid", '
+            '"sdp_mline_index"}]}',
+        )
+    try:
+        parsed = [
+            IceCandidate(
+                candidate=str(c.get("candidate") or ""),
+                sdp_mid=c.get("sdp_mid", c.get("sdpMid")),
+                sdp_mline_index=int(c.get("sdp_mline_index", c.get("sdpMLineIndex")) or 0),
+            )
+            for c in candidates
+        ]
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise HTTPException(status_code=400, detail=f"malformed ICE candidate: {exc}") from exc
+    return SmallWebRTCPatchRequest(pc_id=pc_id, candidates=parsed)

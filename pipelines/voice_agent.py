@@ -1,0 +1,123 @@
+"""The voice agent: one Pipecat pipeline per call.
+
+::
+
+    transport.input()                     caller audio, 16 kHz mono
+      → VADProcessor(Silero)              VADUserStarted/StoppedSpeakingFrame
+      → Voxtral realtime STT              interim transcripts, one final per user turn
+      → user context aggregator           turn taking; barge-in interrupts the bot
+      → LLM turn handler                  OpenAI-compatible chat, or the offline responder
+      → TTS                               Piper (out of process) or OpenAI-compatible speech
+      → transport.output()                resampled to the transport's rate, paced in real time
+      → assistant context aggregator      after the output, so an interrupted answer keeps
+                                          only the sentences actually played
+
+Audio enters at 16 kHz (``PIPELINE_SAMPLE_RATE``) so the STT, which speaks vLLM's 16 kHz
+protocol, never resamples (SOXR stream resampling holds back 19-53 ms). The server builds
+the transport, calls :func:`build_voice_agent_task`, runs the worker and cancels it when
+the call ends.
+
+Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
+quiet; the STT then finalizes the turn and the turn ends once the final transcript is in and
+``user_speech_timeout_s`` has passed since the VAD stop. Smart Turn v3 (bundled with Pipecat)
+can decide the end of turn instead (``smart_turn``); it is off by default because it judged
+a third of our espeak test questions "unfinished" and waited for its 3 s fallback.
+"""
+
+from __future__ import annotations
+
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_start import (
+    TranscriptionUserTurnStartStrategy,
+    VADUserTurnStartStrategy,
+)
+from pipecat.turns.user_stop import (
+    BaseUserTurnStopStrategy,
+    SpeechTimeoutUserTurnStopStrategy,
+    TurnAnalyzerUserTurnStopStrategy,
+)
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+
+from agent.config import Settings, TurnSettings
+from agent.llm import configured_tools, llm_context, llm_from_settings
+from agent.tts import tts_service_from_settings
+
+PIPELINE_SAMPLE_RATE = 16_000
+"""Pipeline audio in and out: what the STT protocol wants, so it never resamples."""
+
+
+def build_voice_agent_task(
+    transport: BaseTransport,
+    settings: Settings,
+    *,
+    call_id: str,
+    observers: list[BaseObserver] | None = None,
+) -> PipelineWorker:
+    """The whole call as a Pipecat worker, ready for ``WorkerRunner.run``.
+
+    Each call gets its own STT connection, LLM context, TTS session and VAD state; cancelling
+    the worker releases them all.
+
+    Raises:
+        agent.llm.tools.UnknownTool: ``llm.tools`` names a tool nobody registered.
+    """
+    from agent.stt.service import stt_service_from_settings
+
+    turn = settings.turn
+    tools = configured_tools(settings.llm)
+    context = llm_context(settings.llm, tools=tools)
+    user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
+        context,
+        user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
+    )
+    vad = VADProcessor(
+        vad_analyzer=SileroVADAnalyzer(
+            params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
+        )
+    )
+    stages: list[FrameProcessor] = [
+        transport.input(),
+        vad,
+        stt_service_from_settings(settings.stt),
+        user_aggregator,
+        llm_from_settings(settings.llm),
+        tts_service_from_settings(settings.tts),
+        transport.output(),
+        assistant_aggregator,
+    ]
+    return PipelineWorker(
+        Pipeline(stages),
+        params=PipelineParams(
+            audio_in_sample_rate=PIPELINE_SAMPLE_RATE,
+            audio_out_sample_rate=PIPELINE_SAMPLE_RATE,
+            enable_metrics=True,
+        ),
+        conversation_id=call_id,
+        name=f"call-{call_id}",
+        observers=observers or [],
+    )
+
+
+def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:
+    stop: BaseUserTurnStopStrategy
+    if turn.smart_turn:
+        from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+        stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())
+    else:
+        stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
+    return UserTurnStrategies(
+        start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
+        stop=[stop],
+    )

@@ -1,0 +1,135 @@
+"""The supervisor runs real child processes: ready checks, a dying child, stopping all."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import textwrap
+
+import pytest
+
+from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
+
+# A tiny HTTP server that answers 200 on /health after an optional delay, then optionally
+# exits with a given code after a while, or ignores SIGTERM.
+CHILD = textwrap.dedent(
+    """
+    import http.server, os, signal, sys, threading, time
+    port, delay, die_after = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    stubborn = sys.argv[4] == "1"
+    if stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(delay)
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", port), Handler)
+    if die_after >= 0:
+        threading.Timer(die_after, lambda: os._exit(3)).start()
+    server.serve_forever()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def child(
+    name: str,
+    *,
+    delay: float = 0.0,
+    die_after: float = -1.0,
+    stubborn: bool = False,
+    ready_timeout_s: float = 20.0,
+) -> ChildSpec:
+    port = free_port()
+    return ChildSpec(
+        name=name,
+        argv=[
+            sys.executable,
+            "-c",
+            CHILD,
+            str(port),
+            str(delay),
+            str(die_after),
+            str(int(stubborn)),
+        ],
+        ready_url=f"http://127.0.0.1:{port}/health",
+        ready_timeout_s=ready_timeout_s,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still "exists"; the supervisor reaps, so a reaped child is gone for good.
+    return True
+
+
+async def test_starts_children_waits_until_ready_and_stops_them() -> None:
+    supervisor = Supervisor([child("one", delay=0.3), child("two")])
+    async with supervisor:
+        pids = supervisor.pids
+        assert set(pids) == {"one", "two"}
+        assert all(alive(pid) for pid in pids.values())
+    assert not any(alive(pid) for pid in pids.values())
+    assert supervisor.pids == {}
+
+
+async def test_reports_the_child_that_dies() -> None:
+    async with Supervisor([child("steady"), child("fragile", die_after=0.3)]) as supervisor:
+        failure = await asyncio.wait_for(supervisor.wait_for_exit(), timeout=20)
+        steady_pid = supervisor.pids["steady"]
+    assert failure.name == "fragile"
+    assert failure.returncode == 3
+    assert "fragile" in str(failure) and "exited with code 3" in str(failure)
+    assert not alive(steady_pid)
+
+
+async def test_child_exiting_before_ready_fails_start_and_stops_the_others() -> None:
+    broken = ChildSpec(
+        name="broken",
+        argv=[sys.executable, "-c", "import sys; sys.exit(7)"],
+        ready_url=f"http://127.0.0.1:{free_port()}/health",
+    )
+    supervisor = Supervisor([child("good"), broken])
+    with pytest.raises(
+        ChildFailed, match=r"broken .* exited with code 7 before it was ready"
+    ) as info:
+        await supervisor.start()
+    assert info.value.returncode == 7
+    assert supervisor.pids == {}
+
+
+async def test_child_never_ready_times_out_with_a_clear_message() -> None:
+    silent = child("silent", delay=30, ready_timeout_s=0.5)
+    supervisor = Supervisor([silent])
+    with pytest.raises(ChildFailed, match=r"silent .* was not ready after 0.5 s"):
+        await supervisor.start()
+    assert supervisor.pids == {}
+
+
+async def test_child_ignoring_sigterm_is_killed() -> None:
+    supervisor = Supervisor([child("stubborn", stubborn=True)], stop_timeout_s=0.5)
+    await supervisor.start()
+    pid = supervisor.pids["stubborn"]
+    supervisor.stop()
+    assert not alive(pid)
+    supervisor.stop()  # idempotent
+
+
+async def test_missing_program_is_a_clear_error() -> None:
+    spec = ChildSpec(name="ghost", argv=["/nonexistent/program"], ready_url="http://127.0.0.1:9/")
+    with pytest.raises(ChildFailed, match="cannot start ghost"):
+        await Supervisor([spec]).start()

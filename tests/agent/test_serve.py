@@ -1,0 +1,152 @@
+"""``voice-agent serve`` as a user runs it: a real process with real child servers."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+requires_offline_stack = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("faster_whisper", "piper", "flask")),
+    reason="the default profile needs faster-whisper and piper-tts[http] (flask)",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Serve:
+    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.log = tmp_path / "serve.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "agent.cli", "serve", "--port", str(self.port), *args],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_healthy(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"serve exited {self.process.returncode}:\n{self.text()}")
+            try:
+                url = f"http://127.0.0.1:{self.port}/healthz"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"serve never answered /healthz:\n{self.text()}")
+
+    def child_pids(self) -> dict[str, int]:
+        return {
+            name: int(pid) for name, pid in re.findall(r"started (\S+) \(pid (\d+)\)", self.text())
+        }
+
+    def wait(self, timeout_s: float = 30.0) -> int:
+        return self.process.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def offline_env() -> dict[str, str]:
+    asr_port, tts_port = free_port(), free_port()
+    return {
+        "VOICE_AGENT_ASR_SERVER__PORT": str(asr_port),
+        "VOICE_AGENT_STT__URL": f"ws://127.0.0.1:{asr_port}/v1/realtime",
+        "VOICE_AGENT_TTS__BASE_URL": f"http://127.0.0.1:{tts_port}",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+@pytest.fixture
+def serves() -> Iterator[list[Serve]]:
+    started: list[Serve] = []
+    yield started
+    for serve in started:
+        serve.kill()
+
+
+@requires_offline_stack
+def test_default_profile_starts_children_and_stops_them_on_sigterm(
+    tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
+) -> None:
+    serve = Serve(tmp_path, env=offline_env)
+    serves.append(serve)
+    serve.wait_healthy()
+    children = serve.child_pids()
+    assert set(children) == {"asr-server", "piper-tts"}
+    assert all(alive(pid) for pid in children.values())
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.wait() == 0, serve.text()
+    assert not any(alive(pid) for pid in children.values())
+
+
+@requires_offline_stack
+def test_a_dying_child_stops_the_server_with_a_clear_line(
+    tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
+) -> None:
+    serve = Serve(tmp_path, env=offline_env)
+    serves.append(serve)
+    serve.wait_healthy()
+    children = serve.child_pids()
+    os.kill(children["asr-server"], signal.SIGKILL)
+    assert serve.wait() == 1
+    assert re.search(r"asr-server \(pid \d+\) exited with code -9", serve.text())
+    assert not alive(children["piper-tts"])
+
+
+def test_vllm_profile_starts_nothing_local(tmp_path: Path, serves: list[Serve]) -> None:
+    serve = Serve(tmp_path, "--profile", "vllm")
+    serves.append(serve)
+    serve.wait_healthy()
+    assert serve.child_pids() == {}
+    serve.process.send_signal(signal.SIGINT)
+    assert serve.wait() == 0, serve.text()
+
+
+def test_bad_profile_is_a_config_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "serve", "--profile", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "unknown profile 'nope'" in result.stderr

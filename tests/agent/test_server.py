@@ -1,0 +1,165 @@
+"""The app's own routes: health, readiness, the playground files, WebRTC request errors.
+
+Readiness is probed against real loopback peers: a WebSocket server that greets with the
+realtime protocol's ``session.created``, an OpenAI-style ``/models`` and a speech server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from fastapi import FastAPI
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.transports.base_transport import BaseTransport
+
+from agent.config import Settings, load_settings
+from agent.server import PLAYGROUND_DIR, create_app
+from agent.stt.protocol import SessionCreated
+from tests.agent.transports.stack import background, running_server
+
+
+def _never_called(
+    transport: BaseTransport,
+    settings: Settings,
+    *,
+    call_id: str,
+    observers: list[BaseObserver] | None = None,
+) -> PipelineWorker:
+    raise AssertionError("no call should start in these tests")
+
+
+@pytest.fixture
+async def stt_peer() -> AsyncIterator[str]:
+    async def greet(ws: Any) -> None:
+        await ws.send(SessionCreated(id="sess-1", created=1).to_json())
+        await ws.wait_closed()
+
+    async with websockets.serve(greet, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+
+
+@pytest.fixture(scope="module")
+def http_peer() -> Iterator[str]:
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "m"}]}
+
+    with background(app) as url:
+        yield url
+
+
+def settings_for(stt_url: str, llm_url: str | None, tts_url: str, **server: Any) -> Settings:
+    return load_settings(
+        "default",
+        overrides={
+            "server": {"start_local_services": False, **server},
+            "stt": {"url": stt_url},
+            "llm": {"base_url": llm_url, "model": "m"} if llm_url else {},
+            "tts": {"kind": "openai", "base_url": tts_url},
+        },
+    )
+
+
+async def test_healthz_and_readyz_when_everything_answers(stt_peer: str, http_peer: str) -> None:
+    settings = settings_for(stt_peer, f"{http_peer}/v1", f"{http_peer}/v1")
+    app = create_app(settings, task_factory=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        health = await http.get("/healthz")
+        assert health.status_code == 200
+        assert health.json()["calls"]["active"] == 0
+        ready = await http.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    body = ready.json()
+    assert body["status"] == "ready"
+    assert {k: v["ok"] for k, v in body["components"].items()} == {
+        "stt": True,
+        "llm": True,
+        "tts": True,
+    }
+
+
+async def test_readyz_is_503_and_names_what_is_down(http_peer: str) -> None:
+    dead = "ws://127.0.0.1:9/v1/realtime"  # discard port: nothing listens
+    settings = settings_for(dead, "http://127.0.0.1:9/v1", f"{http_peer}/v1")
+    app = create_app(settings, task_factory=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        ready = await http.get("/readyz")
+    assert ready.status_code == 503
+    assert sorted(ready.json()["down"]) == ["llm", "stt"]
+    assert ready.json()["components"]["tts"]["ok"] is True
+
+
+async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: str) -> None:
+    app = create_app(settings_for(stt_peer, None, f"{http_peer}/v1"), task_factory=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        ready = await http.get("/readyz")
+    assert ready.status_code == 200
+    assert "offline responder" in ready.json()["components"]["llm"]["detail"]
+
+
+def test_the_playground_is_served_offline() -> None:
+    settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
+    with running_server(settings, task_factory=_never_called) as (url, _app):
+        for path in ("/", "/client"):
+            page = httpx.get(url + path)
+            assert page.status_code == 200 and "<title>Voice agent playground</title>" in page.text
+        script = httpx.get(url + "/playground/app.js")
+        assert script.status_code == 200 and "user-transcription" in script.text
+        assert httpx.get(url + "/playground/style.css").status_code == 200
+    # Nothing the page loads comes from elsewhere.
+    for name in ("index.html", "app.js", "style.css"):
+        text = (PLAYGROUND_DIR / name).read_text()
+        assert "http://" not in text and "https://" not in text, name
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/api/offer", {"type": "offer"}, 400),
+        ("POST", "/api/offer", {"sdp": "v=0", "type": "answer"}, 400),
+        ("POST", "/api/offer", ["not", "an", "object"], 400),
+        ("PATCH", "/api/offer", {"pc_id": "nope", "candidates": []}, 404),
+        ("PATCH", "/api/offer", {"candidates": "x"}, 400),
+        ("POST", "/sessions/unknown/api/offer", {"sdp": "v=0", "type": "offer"}, 404),
+    ],
+)
+async def test_bad_webrtc_requests_get_clear_errors_and_start_nothing(
+    method: str, path: str, body: Any, status: int
+) -> None:
+    settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
+    app = create_app(settings, task_factory=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        response = await http.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    assert app.state.registry.stats.started == 0
+
+
+async def test_start_returns_a_session_and_the_configured_ice_servers() -> None:
+    settings = settings_for(
+        "ws://127.0.0.1:9/v1/realtime",
+        None,
+        "http://127.0.0.1:9",
+        ice_servers=[
+            "stun:stun.example.org:3478",
+            {"urls": "turn:turn.example.org:3478", "username": "u", "credential": "p"},
+        ],
+    )
+    app = create_app(settings, task_factory=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        start = await http.post("/start", json={})
+    assert start.status_code == 200
+    assert start.json()["sessionId"]
+    assert start.json()["iceConfig"] == {
+        "iceServers": [
+            {"urls": "stun:stun.example.org:3478"},
+            {"urls": "turn:turn.example.org:3478", "username": "u", "credential": "p"},
+        ]
+    }

@@ -1,0 +1,271 @@
+"""Twilio Media Streams end to end: a client that speaks Twilio's protocol calls the real pipeline.
+
+The webhook's signature check is tested against Twilio's documented example and through HTTP;
+the media stream carries espeak speech as 20 ms 8 kHz μ-law frames at real-time pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import audioop
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from fastapi import FastAPI
+
+from agent.transports.telephony import stream_token, twilio_signature, valid_twilio_signature
+from tests.agent.transports.stack import (
+    async_wait_for,
+    background,
+    espeak_speech_app,
+    running_server,
+    server_tasks,
+    stack_settings,
+)
+from tests.conftest import requires_espeak
+from tests.speech import speech_at
+
+pytestmark = [requires_espeak, pytest.mark.timeout(120)]
+
+TOKEN = "twilio-test-token"
+CALL_FORM = {"CallSid": "CA0001", "AccountSid": "AC0001", "From": "+15550001", "To": "+15550002"}
+FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
+
+
+def test_signature_matches_twilios_documented_example() -> None:
+    url = "https://mycompany.com/myapp.php?foo=1&bar=2"
+    params = {
+        "CallSid": "CA1234567890ABCDE",
+        "Caller": "+12349013030",
+        "Digits": "1234",
+        "From": "+12349013030",
+        "To": "+18005551212",
+    }
+    assert twilio_signature(url, params, "12345") == "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
+    assert valid_twilio_signature(url, params, "12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=")
+    assert not valid_twilio_signature(
+        url, {**params, "Digits": "9"}, "12345", "0/KCTR6DLpKmkAf8muzZqo1nDgQ="
+    )
+    assert not valid_twilio_signature(url, params, "12345", None)
+
+
+@pytest.fixture(scope="module")
+def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
+    with background(espeak_speech_app()) as tts_url:
+        settings = stack_settings(
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=1
+        )
+        settings.twilio.auth_token = TOKEN
+        with running_server(settings) as running:
+            yield running
+
+
+async def webhook(
+    url: str, *, signature: str | None, form: dict[str, str] = CALL_FORM
+) -> httpx.Response:
+    headers = {"X-Twilio-Signature": signature} if signature is not None else {}
+    async with httpx.AsyncClient() as http:
+        return await http.post(url + "/telephony/twilio", data=form, headers=headers)
+
+
+def sign(url: str, form: dict[str, str] = CALL_FORM) -> str:
+    return twilio_signature(url + "/telephony/twilio", form, TOKEN)
+
+
+async def test_webhook_with_a_valid_signature_answers_twiml(server: tuple[str, FastAPI]) -> None:
+    url, _app = server
+    response = await webhook(url, signature=sign(url))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/xml")
+    port = url.rsplit(":", 1)[1]
+    assert f'<Connect><Stream url="ws://127.0.0.1:{port}/telephony/twilio/ws">' in response.text
+    token = stream_token("CA0001", TOKEN)
+    assert f'<Parameter name="token" value="{token}"/>' in response.text
+
+
+@pytest.mark.parametrize("signature", [None, "", "bm90IHRoZSBzaWduYXR1cmU=", "tampered"])
+async def test_webhook_with_a_missing_or_wrong_signature_is_403(
+    server: tuple[str, FastAPI], signature: str | None
+) -> None:
+    url, app = server
+    started = app.state.registry.stats.started
+    if signature == "tampered":
+        signature = sign(url, {**CALL_FORM, "From": "+19990000"})
+    response = await webhook(url, signature=signature)
+    assert response.status_code == 403
+    assert "<Stream" not in response.text
+    assert app.state.registry.stats.started == started
+
+
+class TwilioCaller:
+    """The Twilio side of a Media Streams WebSocket."""
+
+    def __init__(self, ws: websockets.ClientConnection, call_sid: str = "CA0001") -> None:
+        self.ws = ws
+        self.call_sid = call_sid
+        self.events: list[dict[str, Any]] = []
+        self.media_at_clear: list[int] = []
+        self.closed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.ws:
+                event = json.loads(message)
+                if event.get("event") == "clear":
+                    self.media_at_clear.append(self.count("media"))
+                self.events.append(event)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.closed.set()
+
+    def count(self, event: str) -> int:
+        return sum(1 for e in self.events if e.get("event") == event)
+
+    async def start(self, token: str | None = None) -> None:
+        await self.ws.send(
+            json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        )
+        custom = {"token": token if token is not None else stream_token(self.call_sid, TOKEN)}
+        await self.ws.send(
+            json.dumps(
+                {
+                    "event": "start",
+                    "sequenceNumber": "1",
+                    "streamSid": "MZ0001",
+                    "start": {
+                        "streamSid": "MZ0001",
+                        "accountSid": "AC0001",
+                        "callSid": self.call_sid,
+                        "tracks": ["inbound"],
+                        "mediaFormat": {
+                            "encoding": "audio/x-mulaw",
+                            "sampleRate": 8000,
+                            "channels": 1,
+                        },
+                        "customParameters": custom,
+                    },
+                }
+            )
+        )
+
+    async def speak(self, ulaw: bytes, *, stop_after: float | None = None) -> None:
+        """Send μ-law audio in 20 ms media messages at real-time pace."""
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
+        for i in range(0, len(ulaw), FRAME_BYTES):
+            if stop_after is not None and i / 8000 >= stop_after:
+                return
+            payload = base64.b64encode(ulaw[i : i + FRAME_BYTES].ljust(FRAME_BYTES, b"\xff"))
+            await self.ws.send(
+                json.dumps(
+                    {
+                        "event": "media",
+                        "streamSid": "MZ0001",
+                        "media": {"payload": payload.decode()},
+                    }
+                )
+            )
+            await asyncio.sleep(max(0.0, begin + (i + FRAME_BYTES) / 8000 - loop.time()))
+
+    async def silence(self, seconds: float) -> None:
+        await self.speak(b"\xff" * int(8000 * seconds))
+
+
+def ulaw_speech(text: str) -> bytes:
+    return audioop.lin2ulaw(speech_at(text, 8000), 2)
+
+
+async def test_a_phone_call_is_answered_and_barge_in_clears_bot_audio(
+    server: tuple[str, FastAPI],
+) -> None:
+    url, app = server
+    registry = app.state.registry
+    ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
+    async with websockets.connect(ws_url) as ws:
+        caller = TwilioCaller(ws)
+        await caller.start()
+        await caller.silence(0.3)
+        await caller.speak(ulaw_speech("what is the weather like in paris today"))
+        speaking = asyncio.create_task(caller.silence(15))
+        await async_wait_for(lambda: caller.count("media") >= 10, timeout_s=20, what="bot media")
+        speaking.cancel()
+        # The bot is talking: speak over it. (A clear may also come when the first question
+        # starts; only one after the bot's audio began proves barge-in.)
+        clears = caller.count("clear")
+        await caller.speak(ulaw_speech("please call me back tomorrow morning"))
+        await async_wait_for(
+            lambda: caller.count("clear") > clears, timeout_s=10, what="a clear on barge-in"
+        )
+        # The answer ("You said: what is the weather like in paris today") is about 3 s, 150
+        # frames; the clear came while it was still being sent.
+        assert caller.media_at_clear[-1] < 120, caller.media_at_clear
+        assert all(
+            e["streamSid"] == "MZ0001" for e in caller.events if e["event"] in ("media", "clear")
+        )
+        await ws.send(json.dumps({"event": "mark", "streamSid": "MZ0001", "mark": {"name": "m1"}}))
+        call = registry.calls()[0]
+        assert "paris" in " ".join(call.user_transcript).lower()
+        await ws.send(
+            json.dumps({"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": "CA0001"}})
+        )
+        await asyncio.wait_for(caller.closed.wait(), 10)  # the server ends the call and closes
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
+    assert server_tasks(app) == []
+
+
+async def test_over_the_limit_a_call_is_rejected_busy(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    registry = app.state.registry
+    ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
+    async with websockets.connect(ws_url) as ws:
+        caller = TwilioCaller(ws)
+        await caller.start()
+        await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="the first call")
+        response = await webhook(url, signature=sign(url))
+        assert response.status_code == 200
+        assert '<Reject reason="busy"/>' in response.text and "<Stream" not in response.text
+        async with websockets.connect(ws_url) as second:
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await asyncio.wait_for(second.recv(), 5)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        assert registry.stats.active == 1
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
+
+
+async def test_a_stream_with_a_wrong_token_is_refused(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    registry = app.state.registry
+    ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
+    ended = registry.stats.ended
+    async with websockets.connect(ws_url) as ws:
+        caller = TwilioCaller(ws)
+        await caller.start(token="forged")
+        await asyncio.wait_for(caller.closed.wait(), 5)
+    assert caller.count("media") == 0
+    await async_wait_for(lambda: registry.stats.ended == ended + 1, timeout_s=5, what="release")
+    assert registry.stats.active == 0
+
+
+async def test_a_caller_that_vanishes_mid_sentence_releases_everything(
+    server: tuple[str, FastAPI],
+) -> None:
+    url, app = server
+    registry = app.state.registry
+    ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
+    ws = await websockets.connect(ws_url)
+    caller = TwilioCaller(ws)
+    await caller.start()
+    await caller.speak(ulaw_speech("i would like to book a table for two people"), stop_after=1.0)
+    assert registry.stats.active == 1
+    assert server_tasks(app)
+    ws.transport.abort()  # no stop, no close frame: the line just drops
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
+    assert server_tasks(app) == []
+    await asyncio.wait_for(caller.closed.wait(), 5)

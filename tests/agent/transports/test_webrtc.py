@@ -1,0 +1,126 @@
+"""WebRTC calls end to end: a real aiortc peer talks to the real voice-agent pipeline.
+
+The server runs the product pipeline (Silero VAD → Voxtral-protocol STT against the offline
+ASR server → offline responder → OpenAI-compatible TTS) on loopback; the client speaks an
+espeak question at real-time pace and must hear an answer and see its words transcribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from tests.agent.transports.stack import (
+    CLIENT_RATE,
+    WebRTCClient,
+    async_wait_for,
+    background,
+    espeak_speech_app,
+    open_sockets,
+    running_server,
+    server_tasks,
+    stack_settings,
+)
+from tests.conftest import requires_espeak
+from tests.speech import speech_at, words
+
+pytestmark = [requires_espeak, pytest.mark.timeout(120)]
+
+QUESTION = "what is the weather like in paris today"
+
+
+@pytest.fixture(scope="module")
+def tts_url() -> Iterator[str]:
+    with background(espeak_speech_app()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def server(asr_server_url: str, asr_model_name: str, tts_url: str) -> Iterator[tuple[str, FastAPI]]:
+    settings = stack_settings(
+        asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=1
+    )
+    with running_server(settings) as running:
+        yield running
+
+
+async def test_a_spoken_question_gets_a_spoken_answer(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    registry = app.state.registry
+    client = WebRTCClient()
+    try:
+        response = await client.connect(url)
+        assert response.status_code == 200, response.text
+        await async_wait_for(lambda: client.frames > 0, timeout_s=15, what="audio from the bot")
+        await asyncio.sleep(0.5)
+        client.mic.say(speech_at(QUESTION, CLIENT_RATE))
+        await async_wait_for(
+            lambda: client.loud_frames > 25, timeout_s=30, what="the bot's spoken answer"
+        )
+        await async_wait_for(
+            lambda: any(m["data"].get("final") for m in client.rtvi("user-transcription")),
+            timeout_s=10,
+            what="a final user-transcription RTVI message",
+        )
+        live = registry.calls()
+        assert len(live) == 1 and live[0].kind == "webrtc"
+        heard = " ".join(live[0].user_transcript)
+        assert {"weather", "paris"} <= set(words(heard)), heard
+    finally:
+        await client.close()
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
+    assert registry.recent()[-1].bot_transcript, "the bot said nothing"
+
+
+async def test_over_the_limit_an_offer_gets_503_and_no_peer(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    registry = app.state.registry
+    first, second = WebRTCClient(), WebRTCClient()
+    try:
+        assert (await first.connect(url)).status_code == 200
+        refused_before = registry.stats.refused
+        response = await second.connect(url)
+        assert response.status_code == 503
+        assert "limit of 1 concurrent calls" in response.json()["error"]
+        async with httpx.AsyncClient() as http:
+            start = await http.post(url + "/start", json={})
+        assert start.status_code == 503 and "error" in start.json()
+        assert registry.stats.refused == refused_before + 1
+        assert registry.stats.active == 1
+    finally:
+        await first.close()
+        await second.close()
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
+
+
+async def test_a_client_that_vanishes_mid_sentence_releases_everything(
+    server: tuple[str, FastAPI],
+) -> None:
+    url, app = server
+    registry = app.state.registry
+    sockets_before = open_sockets()
+    ended_before = registry.stats.ended
+    client = WebRTCClient()
+    try:
+        assert (await client.connect(url)).status_code == 200
+        await async_wait_for(lambda: client.frames > 0, timeout_s=15, what="the call to connect")
+        client.mic.say(speech_at("i would like to book a table for two people", CLIENT_RATE))
+        await asyncio.sleep(1.0)  # mid-sentence
+        assert registry.stats.active == 1
+        assert server_tasks(app), "the leftover check must see a live call's tasks"
+        client.pinging = False  # the tab freezes: no keep-alive, no audio, no goodbye
+        client.mic.silent = True
+        await async_wait_for(
+            lambda: registry.stats.active == 0, timeout_s=20, what="the server to end the call"
+        )
+        assert registry.stats.ended == ended_before + 1
+        assert server_tasks(app) == [], "tasks left on the server loop"
+    finally:
+        await client.close()
+    await async_wait_for(
+        lambda: open_sockets() <= sockets_before, timeout_s=10, what="sockets to be closed"
+    )

@@ -1,0 +1,37 @@
+"""Fixtures for the pipeline tests: Piper's HTTP server as a real child process."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from agent.local.piper_server import piper_child
+from agent.local.supervisor import Supervisor
+
+requires_piper_http = pytest.mark.skipif(
+    importlib.util.find_spec("piper") is None or importlib.util.find_spec("flask") is None,
+    reason="Piper's HTTP server needs piper-tts[http] (flask): pip install 'piper-tts[http]'",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def piper_url() -> Iterator[str]:
+    """Piper's HTTP server with the packaged voice, started the way ``voice-agent serve`` does."""
+    base_url = f"http://127.0.0.1:{free_port()}"
+    supervisor = Supervisor([piper_child(base_url)])
+    asyncio.run(supervisor.start())
+    try:
+        yield base_url
+    finally:
+        supervisor.stop()

@@ -1,0 +1,68 @@
+"""Live captions without Gradio: the missing-extra error, and the caption logic against the
+real offline ASR server."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams
+
+from agent.audio import StreamConverter, silence
+from agent.stt.channels import websocket_channel_factory
+from pipelines import captions
+from pipelines.captions import CaptionBoard, CaptionSession, to_stt_pcm
+from tests.conftest import requires_espeak
+from tests.speech import speech_at, word_error_rate
+
+
+def test_without_gradio_exits_2_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "gradio", None)  # import gradio → ImportError
+    assert captions.main([]) == 2
+    assert "pip install 'voice-agent[captions]'" in capsys.readouterr().err
+
+
+def test_board_shows_finals_then_the_interim_line() -> None:
+    board = CaptionBoard(max_lines=2)
+    for line in ("one", "two", "three"):
+        board.delta(line[:2])
+        board.done(line)
+    board.delta("fo")
+    board.delta("ur")
+    assert board.render() == "two\nthree\nfour …"
+
+
+def test_microphone_chunks_become_16k_mono_pcm16() -> None:
+    converter = StreamConverter()
+    stereo = np.zeros((4800, 2), dtype=np.float32)  # 100 ms at 48 kHz, as a browser sends
+    stereo[:, 0] = 0.5
+    pcm = to_stt_pcm(48000, stereo, converter) + converter.flush()
+    assert abs(len(pcm) // 2 - 1600) <= 16
+    mono16 = np.zeros(1600, dtype=np.int16)
+    assert len(to_stt_pcm(16000, mono16, StreamConverter())) == 3200
+
+
+@requires_espeak
+async def test_utterances_become_final_captions(asr_server_url: str, asr_model_name: str) -> None:
+    session = CaptionSession(
+        channel_factory=websocket_channel_factory(asr_server_url),
+        model=asr_model_name,
+        vad=SileroVADAnalyzer(params=VADParams(stop_secs=0.3)),
+    )
+    sentences = ("please call me back tomorrow morning", "turn on the lights in the kitchen")
+    try:
+        for sentence in sentences:
+            audio = silence(0.3) + speech_at(sentence, 16000) + silence(0.8)
+            for offset in range(0, len(audio), 640):
+                await session.feed(audio[offset : offset + 640])
+        await session.close()
+    finally:
+        await session.close()
+    assert session.error is None
+    assert len(session.board.finals) == 2, session.board.finals
+    for sentence, caption in zip(sentences, session.board.finals, strict=True):
+        assert word_error_rate(sentence, caption) <= 0.2, caption

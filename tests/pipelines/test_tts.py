@@ -1,0 +1,102 @@
+"""TTS services against real HTTP servers: Piper's own server as a child process, and an
+OpenAI-compatible ``/v1/audio/speech`` server on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import run_test
+
+from agent.config import TTSSettings
+from agent.local.piper_server import voice_name
+from agent.tts import OpenAISpeechService, PiperHTTPTTSService, tts_service_from_settings
+from tests.pipelines.conftest import free_port, requires_piper_http
+from tests.pipelines.servers import SpeechServer
+
+
+def audio_of(frames: list[object]) -> tuple[np.ndarray, int]:
+    chunks = [f for f in frames if isinstance(f, TTSAudioRawFrame)]
+    assert chunks, f"no audio frames in {[type(f).__name__ for f in frames]}"
+    rates = {f.sample_rate for f in chunks}
+    assert len(rates) == 1
+    samples = np.frombuffer(b"".join(f.audio for f in chunks), "<i2")
+    return samples, rates.pop()
+
+
+@requires_piper_http
+async def test_piper_server_speaks_through_our_http_service(piper_url: str) -> None:
+    service = tts_service_from_settings(TTSSettings(kind="piper", base_url=piper_url))
+    assert isinstance(service, PiperHTTPTTSService)
+    down, up = await run_test(
+        service,
+        frames_to_send=[TTSSpeakFrame("Hello, this is the offline voice.")],
+        pipeline_params=PipelineParams(audio_out_sample_rate=16000),
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    samples, rate = audio_of(list(down))
+    assert rate == 22050  # the voice's own rate; the output transport resamples
+    assert len(samples) / rate > 1.0  # a whole sentence, not a click
+    rms = float(np.sqrt(np.mean(samples.astype(np.float64) ** 2)))
+    assert rms > 300, f"audio is (nearly) silent: rms {rms:.0f}"
+
+
+@requires_piper_http
+async def test_unreachable_piper_is_an_error_frame_not_a_crash() -> None:
+    service = PiperHTTPTTSService(base_url=f"http://127.0.0.1:{free_port()}", voice=voice_name())
+    _, up = await run_test(service, frames_to_send=[TTSSpeakFrame("Anyone there?")])
+    errors = [f for f in up if isinstance(f, ErrorFrame)]
+    assert errors and "Is it running?" in errors[0].error
+
+
+def test_piper_is_never_imported_into_our_process() -> None:
+    """GPL-3.0 piper-tts must stay out of process: importing the pipeline must not load it."""
+    code = (
+        "import sys, agent.tts, agent.serve, pipelines.voice_agent; "
+        "from agent.config import TTSSettings; "
+        "agent.tts.tts_service_from_settings(TTSSettings()); "
+        "sys.exit(3 if 'piper' in sys.modules else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+
+
+# ------------------------------------------------------------- OpenAI-compatible speech
+
+
+@pytest.fixture
+def speech_server() -> Iterator[SpeechServer]:
+    server = SpeechServer()
+    yield server
+    server.stop()
+
+
+async def test_openai_speech_sends_model_voice_key_and_plays_pcm(
+    speech_server: SpeechServer,
+) -> None:
+    settings = TTSSettings(
+        kind="openai",
+        base_url=speech_server.base_url,
+        model="kokoro",
+        voice="af_heart",  # not an OpenAI voice name: must pass through untouched
+        api_key="secret-key",
+        sample_rate=24000,
+    )
+    service = tts_service_from_settings(settings)
+    assert isinstance(service, OpenAISpeechService)
+    down, _ = await run_test(service, frames_to_send=[TTSSpeakFrame("Hi there.")])
+    samples, rate = audio_of(list(down))
+    assert rate == 24000 and len(samples) == 12000
+    headers, body = speech_server.requests[0]
+    assert headers["authorization"] == "Bearer secret-key"
+    assert body == {
+        "model": "kokoro",
+        "voice": "af_heart",
+        "input": "Hi there.",
+        "response_format": "pcm",
+    }

@@ -1,0 +1,192 @@
+"""The whole voice-agent pipeline with real peers on loopback: speech in, audio out.
+
+The offline ASR server (``asr_server_url``) recognizes espeak speech; the LLM is either an
+OpenAI-compatible chat server streaming SSE with a tool call, or the offline responder; TTS
+is Piper's own HTTP server (child process) or an OpenAI-compatible speech server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from pipecat.pipeline.worker import PipelineWorker
+from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
+from pipecat.workers.runner import WorkerRunner
+
+from agent.config import Settings, load_settings
+from pipelines.voice_agent import PIPELINE_SAMPLE_RATE, build_voice_agent_task
+from tests.conftest import requires_espeak
+from tests.pipelines.conftest import requires_piper_http
+from tests.pipelines.loopback import LoopbackTransport
+from tests.pipelines.servers import ChatServer, SpeechServer
+from tests.speech import speech_at, word_error_rate
+
+
+@pytest.fixture
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def speech_server() -> Iterator[SpeechServer]:
+    server = SpeechServer()
+    yield server
+    server.stop()
+
+
+def find(root: Any, kind: type) -> Any:
+    """The first processor of ``kind`` in a (nested) pipeline."""
+    stack = [root]
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, kind):
+            return node
+        stack.extend(getattr(node, "processors", []) or [])
+    raise LookupError(f"no {kind.__name__} in the pipeline")
+
+
+@dataclass
+class Call:
+    """A running call: the worker, its transport, and a background feed of silence."""
+
+    worker: PipelineWorker
+    transport: LoopbackTransport
+
+    def messages(self) -> list[dict[str, Any]]:
+        aggregator = find(self.worker.pipeline, LLMAssistantAggregator)
+        return [m for m in aggregator.context.get_messages() if isinstance(m, dict)]
+
+    async def say(self, text: str) -> float:
+        """Speak ``text`` (espeak) and return the moment its last audio frame went in."""
+        return await self.transport.input().say(speech_at(text, PIPELINE_SAMPLE_RATE))
+
+    async def wait_for(self, predicate: Any, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; context: {self.messages()}")
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def start_call() -> AsyncIterator[Any]:
+    """Run a call the way the server does (WorkerRunner, cancelled at the end)."""
+    running: list[tuple[PipelineWorker, asyncio.Task[None]]] = []
+
+    async def start(settings: Settings) -> Call:
+        transport = LoopbackTransport()
+        worker = build_voice_agent_task(transport, settings, call_id="test-call")
+        started = asyncio.Event()
+
+        @worker.event_handler("on_pipeline_started")
+        async def _started(_worker: PipelineWorker, _frame: object) -> None:
+            started.set()
+
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(worker)
+        run = asyncio.create_task(runner.run())
+        await asyncio.wait_for(started.wait(), timeout=30)
+        running.append((worker, run))
+        return Call(worker, transport)
+
+    yield start
+    for worker, run in running:
+        await worker.cancel()
+        await asyncio.wait_for(run, timeout=15)
+
+
+def settings_for(asr_server_url: str, asr_model_name: str, **sections: dict[str, Any]) -> Settings:
+    overrides: dict[str, Any] = {"stt": {"url": asr_server_url, "model": asr_model_name}}
+    overrides.update(sections)
+    return load_settings("default", overrides=overrides)
+
+
+def role_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+@requires_espeak
+async def test_llm_path_with_a_tool_call_over_real_http(
+    asr_server_url: str,
+    asr_model_name: str,
+    chat_server: ChatServer,
+    speech_server: SpeechServer,
+) -> None:
+    llm: dict[str, Any] = {
+        "base_url": chat_server.base_url,
+        "model": "test-model",
+        "api_key": "sk-test-key",
+        "tools": ["get_current_time"],
+    }
+    settings = settings_for(
+        asr_server_url,
+        asr_model_name,
+        llm=llm,
+        tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
+    )
+    call = await start_call_fixture(settings)
+    spoken_at = await call.say("what time is it in paris")
+    await call.wait_for(lambda: len(call.transport.output().voiced_since(spoken_at)) > 10)
+    await call.wait_for(
+        lambda: any(
+            m["role"] == "assistant" and "Europe/Paris" in role_text(m) for m in call.messages()
+        )
+    )
+
+    assert len(chat_server.requests) == 2
+    first, second = chat_server.requests
+    assert chat_server.headers[0]["authorization"] == "Bearer sk-test-key"
+    assert first["stream"] is True and first["model"] == "test-model"
+    roles = [m["role"] for m in first["messages"]]
+    assert roles[0] == "system" and "developer" not in roles
+    assert first["messages"][0]["content"] == settings.llm.system_prompt
+    assert "time" in role_text(first["messages"][-1]).lower()
+    assert [t["function"]["name"] for t in first["tools"]] == ["get_current_time"]
+    tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
+    assert tool_messages and tool_messages[0]["tool_call_id"] == "call_1"
+    assert "Europe/Paris" in tool_messages[0]["content"]
+    assert all(m["role"] != "developer" for m in second["messages"])
+    spoken = [body["input"] for _headers, body in speech_server.requests]
+    assert any("Europe/Paris" in text for text in spoken)
+
+
+start_call_fixture: Any = None
+
+
+@pytest.fixture(autouse=True)
+def _expose_start_call(start_call: Any) -> None:
+    global start_call_fixture
+    start_call_fixture = start_call
+
+
+@requires_espeak
+@requires_piper_http
+async def test_offline_profile_answers_from_the_transcript_with_piper(
+    asr_server_url: str, asr_model_name: str, piper_url: str
+) -> None:
+    settings = settings_for(asr_server_url, asr_model_name, tts={"base_url": piper_url})
+    assert settings.llm.base_url is None  # the offline responder answers
+    call = await start_call_fixture(settings)
+    latencies = []
+    for sentence in ("turn on the lights in the kitchen", "please call me back tomorrow morning"):
+        spoken_at = await call.say(sentence)
+        await call.wait_for(lambda s=spoken_at: len(call.transport.output().voiced_since(s)) > 5)
+        latencies.append(call.transport.output().voiced_since(spoken_at)[0].at - spoken_at)
+        await call.wait_for(
+            lambda s=sentence: any(
+                m["role"] == "assistant"
+                and role_text(m).startswith("You said:")
+                and word_error_rate(s, role_text(m).removeprefix("You said:")) <= 0.34
+                for m in call.messages()
+            )
+        )
+        await asyncio.sleep(2.5)  # let the answer play out before the next turn
+    print(f"end of speech → first bot audio: {[f'{x * 1000:.0f} ms' for x in latencies]}")
