@@ -3,8 +3,8 @@
 For captioning and contact-centre analytics nothing but the recognizer is needed: a Gradio
 page streams the microphone, each chunk becomes 16 kHz mono PCM16, Silero VAD (from
 Pipecat's wheel) cuts it into utterances, and each utterance goes to the realtime STT
-endpoint of the profile (``stt.url``: the local ASR server, or Voxtral on vLLM) over the same
-channel and protocol as the voice agent. Interim captions show while a person speaks; a
+endpoint of the profile (the local ASR server, Voxtral on vLLM, or SageMaker) through the very
+STT service the voice agent uses. Interim captions show while a person speaks; a
 final caption replaces them when the utterance ends.
 
 Gradio is an optional extra (``pip install 'voice-agent[captions]'``) and is imported only
@@ -15,7 +15,6 @@ it (and is what the tests exercise).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from collections.abc import Callable
@@ -24,27 +23,13 @@ from typing import Any
 
 import numpy as np
 from loguru import logger
-from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 
 from agent.audio import StreamConverter
 from agent.config import ConfigError, STTSettings, load_settings
-from agent.stt.channels import (
-    ChannelError,
-    ChannelFactory,
-    RealtimeChannel,
-    websocket_channel_factory,
-)
-from agent.stt.protocol import (
-    SAMPLE_RATE,
-    Commit,
-    ErrorEvent,
-    SessionUpdate,
-    TranscriptionDelta,
-    TranscriptionDone,
-    encode_pcm_append,
-    parse_server_event,
-)
-from agent.stt.turn import PreRoll
+from agent.stt.client import RealtimeTranscriber, TranscriptEvent
+from agent.stt.protocol import SAMPLE_RATE
+from agent.stt.service import VoxtralRealtimeSTTService, stt_service_from_settings
 
 INSTALL_HINT = "pip install 'voice-agent[captions]'"
 
@@ -57,15 +42,15 @@ class CaptionBoard:
     interim: str = ""
     max_lines: int = 12
 
-    def delta(self, text: str) -> None:
-        self.interim += text
-
-    def done(self, text: str) -> None:
-        line = " ".join(text.split()) or " ".join(self.interim.split())
-        if line:
-            self.finals.append(line)
-            del self.finals[: -self.max_lines]
-        self.interim = ""
+    def show(self, event: TranscriptEvent) -> None:
+        if event.kind == "interim":
+            self.interim = event.text  # the service sends the utterance's text so far
+        elif event.kind == "final":
+            line = " ".join(event.text.split()) or " ".join(self.interim.split())
+            if line:
+                self.finals.append(line)
+                del self.finals[: -self.max_lines]
+            self.interim = ""
 
     def render(self) -> str:
         lines = list(self.finals)
@@ -76,111 +61,50 @@ class CaptionBoard:
 
 
 class CaptionSession:
-    """One listener: VAD-cut utterances from 16 kHz PCM16 to captions on a :class:`CaptionBoard`.
+    """One listener: 16 kHz PCM16 in, captions on a :class:`CaptionBoard` out.
 
-    Args:
-        channel_factory: Opens the realtime channel (opened on the first audio).
-        model: The served model name sent in ``session.update``.
-        vad: A VAD analyzer; its sample rate is set to 16 kHz here.
-        preroll_s: Audio from before the VAD fired, sent at the start of each utterance.
+    It is the voice agent's own STT path (Silero VAD → :class:`VoxtralRealtimeSTTService`,
+    with its pre-roll, reconnects and replay) run by a :class:`RealtimeTranscriber`.
     """
 
     def __init__(
         self,
         *,
-        channel_factory: ChannelFactory,
-        model: str,
+        service: VoxtralRealtimeSTTService,
         vad: VADAnalyzer,
-        preroll_s: float = 0.4,
         board: CaptionBoard | None = None,
     ) -> None:
         self.board = board or CaptionBoard()
-        self._channel_factory = channel_factory
-        self._model = model
-        self._vad = vad
-        self._vad.set_sample_rate(SAMPLE_RATE)
-        self._preroll = PreRoll(preroll_s)
-        self._channel: RealtimeChannel | None = None
-        self._receiver: asyncio.Task[None] | None = None
-        self._speaking = False
-        self._final_pending = False
-        self._done = asyncio.Event()
-        """Set when a final caption (or the end of the channel) arrives."""
         self.error: str | None = None
+        self._transcriber = RealtimeTranscriber(service, sample_rate=SAMPLE_RATE, vad_analyzer=vad)
+        self._started = False
 
     async def feed(self, pcm: bytes) -> None:
-        """Take the next piece of 16 kHz mono PCM16 audio."""
-        state = await self._vad.analyze_audio(pcm)
-        if not self._speaking:
-            self._preroll.hear(pcm)
-            if state == VADState.SPEAKING:
-                await self._start_utterance()
-        else:
-            await self._send(encode_pcm_append(pcm))
-            if state == VADState.QUIET:
-                await self.end_utterance()
+        """Take the next piece of 16 kHz mono PCM16 audio and update the board."""
+        if not self._started:
+            self._started = True
+            await self._transcriber.__aenter__()
+        await self._transcriber.feed(pcm)
+        self._show_events()
 
-    async def end_utterance(self) -> None:
-        """Ask for the final caption of the utterance in progress (if any)."""
-        if self._speaking:
-            self._speaking = False
-            self._done.clear()
-            self._final_pending = True
-            await self._send(Commit(final=True).to_json())
-
-    async def close(self) -> None:
-        """Finish the utterance in progress, wait briefly for its caption, close the channel."""
-        await self.end_utterance()
-        await self._wait_for_final()
-        if self._receiver is not None:
-            self._receiver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._receiver
-            self._receiver = None
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
-
-    async def _wait_for_final(self, timeout_s: float = 5.0) -> None:
-        """One generation at a time: wait for the last final before anything new."""
-        if self._final_pending:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._done.wait(), timeout=timeout_s)
-            self._final_pending = False
-
-    async def _start_utterance(self) -> None:
-        await self._connect()
-        await self._wait_for_final()
-        self._speaking = True
-        await self._send(Commit(final=False).to_json())
-        await self._send(encode_pcm_append(self._preroll.take()))
-
-    async def _connect(self) -> None:
-        if self._channel is not None:
+    async def close(self, *, final_timeout_s: float = 5.0) -> None:
+        """End the utterance in progress, wait briefly for its caption, then disconnect."""
+        if not self._started:
             return
-        self._channel = await self._channel_factory()
-        await self._channel.send(SessionUpdate(model=self._model).to_json())
-        self._receiver = asyncio.create_task(self._receive(self._channel), name="captions-recv")
+        self._started = False
+        with contextlib.suppress(TimeoutError):
+            await self._transcriber.finish(timeout=final_timeout_s)
+        self._show_events()
+        await self._transcriber.__aexit__(None, None, None)
 
-    async def _send(self, text: str) -> None:
-        if self._channel is not None:
-            await self._channel.send(text)
-
-    async def _receive(self, channel: RealtimeChannel) -> None:
-        try:
-            while True:
-                event = parse_server_event(await channel.receive())
-                if isinstance(event, TranscriptionDelta):
-                    self.board.delta(event.delta)
-                elif isinstance(event, TranscriptionDone):
-                    self.board.done(event.text)
-                    self._done.set()
-                elif isinstance(event, ErrorEvent):
-                    self.error = f"{event.code or 'error'}: {event.error}"
-                    logger.warning(f"STT server error: {self.error}")
-        except ChannelError as exc:
-            self.error = f"the STT connection ended: {exc}"
-            self._done.set()
+    def _show_events(self) -> None:
+        events = self._transcriber.events
+        while not events.empty():
+            event = events.get_nowait()
+            if event.kind == "error":
+                self.error = event.text
+                logger.warning(f"captions: {event.text}")
+            self.board.show(event)
 
 
 def to_stt_pcm(sample_rate: int, samples: np.ndarray, converter: StreamConverter) -> bytes:
@@ -193,16 +117,6 @@ def to_stt_pcm(sample_rate: int, samples: np.ndarray, converter: StreamConverter
     return converter.convert(samples.tobytes(), sample_rate, channels)
 
 
-def channel_factory(settings: STTSettings) -> ChannelFactory:
-    """The realtime channel of the profile: vLLM's WebSocket, or the SageMaker stream."""
-    if settings.transport == "sagemaker":
-        from agent.stt.sagemaker import sagemaker_channel_factory
-
-        return sagemaker_channel_factory(settings.sagemaker)
-    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
-    return websocket_channel_factory(settings.url, headers=headers)
-
-
 def session_factory(settings: STTSettings) -> Callable[[], CaptionSession]:
     """Builds a :class:`CaptionSession` per browser tab for the configured STT endpoint."""
 
@@ -210,10 +124,8 @@ def session_factory(settings: STTSettings) -> Callable[[], CaptionSession]:
         from pipecat.audio.vad.silero import SileroVADAnalyzer
 
         return CaptionSession(
-            channel_factory=channel_factory(settings),
-            model=settings.model,
+            service=stt_service_from_settings(settings),
             vad=SileroVADAnalyzer(params=VADParams(stop_secs=0.5)),
-            preroll_s=settings.preroll_s,
         )
 
     return make

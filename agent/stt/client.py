@@ -8,20 +8,23 @@ the voice agent uses (session, turns, pre-roll, reconnect and replay), not a sec
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer
 from pipecat.frames.frames import (
     ErrorFrame,
     Frame,
     InputAudioRawFrame,
     InterimTranscriptionFrame,
+    SystemFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
@@ -42,16 +45,27 @@ class TranscriptEvent:
         return {"type": self.kind, "text": self.text, **({"fatal": True} if self.fatal else {})}
 
 
+@dataclass
+class _FlushMarker(SystemFrame):
+    """Queued behind the audio; when it comes out, everything before it was processed."""
+
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class _EventTap(FrameProcessor):
     """Copies transcription and error frames into the transcriber's event queue."""
 
-    def __init__(self, events: asyncio.Queue[TranscriptEvent]) -> None:
+    def __init__(self, events: asyncio.Queue[TranscriptEvent], *, sink: bool) -> None:
         super().__init__()
         self._events = events
+        self._sink = sink
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, TranscriptionFrame):
+        if isinstance(frame, _FlushMarker):
+            if self._sink:
+                frame.reached.set()
+        elif isinstance(frame, TranscriptionFrame):
             self._events.put_nowait(TranscriptEvent("final", frame.text))
         elif isinstance(frame, InterimTranscriptionFrame):
             self._events.put_nowait(TranscriptEvent("interim", frame.text))
@@ -75,14 +89,29 @@ class RealtimeTranscriber:
     """
 
     def __init__(
-        self, service: VoxtralRealtimeSTTService, *, sample_rate: int, channels: int = 1
+        self,
+        service: VoxtralRealtimeSTTService,
+        *,
+        sample_rate: int,
+        channels: int = 1,
+        vad_analyzer: VADAnalyzer | None = None,
     ) -> None:
+        """``vad_analyzer`` cuts the audio into turns by itself (live captions); without it
+        the caller marks turns with :meth:`start_turn` / :meth:`end_turn` (files)."""
         self.service = service
         self.sample_rate = sample_rate
         self.channels = channels
         self.events: asyncio.Queue[TranscriptEvent] = asyncio.Queue()
+        vad = [VADProcessor(vad_analyzer=vad_analyzer)] if vad_analyzer else []
         self._worker = PipelineWorker(
-            Pipeline([_EventTap(self.events), service, _EventTap(self.events)]),
+            Pipeline(
+                [
+                    _EventTap(self.events, sink=False),
+                    *vad,
+                    service,
+                    _EventTap(self.events, sink=True),
+                ]
+            ),
             params=PipelineParams(audio_in_sample_rate=sample_rate, enable_metrics=True),
             idle_timeout_secs=None,
             enable_rtvi=False,
@@ -128,6 +157,16 @@ class RealtimeTranscriber:
                 await asyncio.sleep(max(0.0, started + (index + 1) * FRAME_S - loop.time()))
             elif index % 50 == 49:
                 await asyncio.sleep(0)  # let the service send while we queue
+
+    async def finish(self, timeout: float) -> None:
+        """End the turn in progress and wait until every turn has its final transcript."""
+        marker = _FlushMarker()
+        await self._worker.queue_frame(marker)
+        async with asyncio.timeout(timeout):
+            await marker.reached.wait()  # the service has seen all the audio fed so far
+            await self.end_turn()
+            while self.service.has_pending_turns:  # noqa: ASYNC110 - state of the service
+                await asyncio.sleep(0.02)
 
     async def next_event(self, timeout: float) -> TranscriptEvent:
         return await asyncio.wait_for(self.events.get(), timeout)

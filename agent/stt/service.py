@@ -196,6 +196,11 @@ class VoxtralRealtimeSTTService(STTService):
         return True
 
     @property
+    def has_pending_turns(self) -> bool:
+        """Whether a turn is being spoken or still waits for its final transcript."""
+        return bool(self._turns)
+
+    @property
     def connected(self) -> bool:
         """Whether a channel is open and its session configured."""
         return self._channel is not None

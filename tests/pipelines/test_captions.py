@@ -12,6 +12,8 @@ from pipecat.audio.vad.vad_analyzer import VADParams
 
 from agent.audio import StreamConverter, silence
 from agent.stt.channels import websocket_channel_factory
+from agent.stt.client import TranscriptEvent
+from agent.stt.service import VoxtralRealtimeSTTService
 from pipelines import captions
 from pipelines.captions import CaptionBoard, CaptionSession, to_stt_pcm
 from tests.conftest import requires_espeak
@@ -29,10 +31,10 @@ def test_without_gradio_exits_2_with_the_install_command(
 def test_board_shows_finals_then_the_interim_line() -> None:
     board = CaptionBoard(max_lines=2)
     for line in ("one", "two", "three"):
-        board.delta(line[:2])
-        board.done(line)
-    board.delta("fo")
-    board.delta("ur")
+        board.show(TranscriptEvent("interim", line[:2]))
+        board.show(TranscriptEvent("final", line))
+    board.show(TranscriptEvent("interim", "fo"))
+    board.show(TranscriptEvent("interim", "four"))
     assert board.render() == "two\nthree\nfour …"
 
 
@@ -48,10 +50,12 @@ def test_microphone_chunks_become_16k_mono_pcm16() -> None:
 
 @requires_espeak
 async def test_utterances_become_final_captions(asr_server_url: str, asr_model_name: str) -> None:
-    session = CaptionSession(
+    service = VoxtralRealtimeSTTService(
         channel_factory=websocket_channel_factory(asr_server_url),
-        model=asr_model_name,
-        vad=SileroVADAnalyzer(params=VADParams(stop_secs=0.3)),
+        settings=VoxtralRealtimeSTTService.Settings(model=asr_model_name),
+    )
+    session = CaptionSession(
+        service=service, vad=SileroVADAnalyzer(params=VADParams(stop_secs=0.3))
     )
     sentences = ("please call me back tomorrow morning", "turn on the lights in the kitchen")
     try:
