@@ -13,7 +13,6 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
@@ -22,29 +21,11 @@ from websockets.exceptions import ConnectionClosed
 from agent.config import SageMakerSettings
 from agent.stt.channels import ChannelClosed, ChannelError, RealtimeChannel
 from agent.stt.sagemaker import SageMakerChannel, sagemaker_channel_factory
-from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn, make_loopback_tls
+from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
 
+pytestmark = pytest.mark.usefixtures("aws_environment")
 REGION = "us-east-1"
 ENDPOINT = "voxtral"
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> LoopbackTLS:
-    return make_loopback_tls(Path(tmp_path_factory.mktemp("sagemaker-tls")))
-
-
-@pytest.fixture(autouse=True)
-def aws_environment(tls: LoopbackTLS, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Trust the test CA; dummy credentials; no real AWS profile or endpoint can leak in."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca_file))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME_HTTP2", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @dataclass

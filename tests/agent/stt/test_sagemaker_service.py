@@ -25,30 +25,12 @@ from agent.stt.sagemaker import ENDPOINT_URL_ENV, sagemaker_channel_factory
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.conftest import requires_espeak
 from tests.container.conftest import bridge_settings, running_bridge
-from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn, make_loopback_tls
+from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
 from tests.speech import speech_at, word_error_rate, write_wav
 
-pytestmark = requires_espeak
+pytestmark = [requires_espeak, pytest.mark.usefixtures("aws_environment")]
 ENDPOINT, REGION = "voxtral-realtime", "us-east-1"
 SENTENCE = "i would like to book a table for two people"
-
-
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> LoopbackTLS:
-    return make_loopback_tls(Path(tmp_path_factory.mktemp("sagemaker-tls")))
-
-
-@pytest.fixture(autouse=True)
-def aws_environment(tls: LoopbackTLS, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SSL_CERT_FILE", str(tls.ca_file))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.delenv(ENDPOINT_URL_ENV, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture
