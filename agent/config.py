@@ -157,6 +157,31 @@ class TwilioSettings(_Section):
     auth_token: str | None = None
 
 
+class ObservabilitySettings(_Section):
+    """Per-turn latency: structured log lines, Prometheus at ``/metrics``, optional traces."""
+
+    log_turns: bool = Field(
+        default=True, description="Log one structured line per user turn with each stage in ms."
+    )
+    otel_enabled: bool = Field(
+        default=False,
+        description="Export OpenTelemetry traces (a span per call, per turn and per stage); "
+        "needs the tracing extra: pip install 'voice-agent[tracing]'.",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (/v1/traces is added); "
+        "unset: the OTEL_EXPORTER_OTLP_* environment, else http://localhost:4318.",
+    )
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _http_endpoint(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https:// (OTLP over HTTP)")
+        return url
+
+
 class Settings(BaseSettings):
     """The whole tree. Build it with :func:`load_settings`, not directly."""
 
@@ -172,6 +197,7 @@ class Settings(BaseSettings):
     tts: TTSSettings = TTSSettings()
     turn: TurnSettings = TurnSettings()
     twilio: TwilioSettings = TwilioSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     @model_validator(mode="after")
     def _sagemaker_needs_endpoint(self) -> Settings:

@@ -28,6 +28,7 @@ from loguru import logger
 from agent.config import ConfigError, Settings, load_settings
 from agent.local.piper_server import PiperUnavailable, piper_child
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
+from agent.observability.tracing import check_tracing
 
 
 class _ShutdownRequested(Exception):
@@ -55,6 +56,7 @@ def main(argv: list[str]) -> int:
         server["port"] = args.port
     try:
         settings = load_settings(args.profile, overrides={"server": server} if server else None)
+        check_tracing(settings.observability)
         children = local_children(settings)
     except (ConfigError, PiperUnavailable) as exc:
         print(f"voice-agent serve: {exc}", file=sys.stderr)

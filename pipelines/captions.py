@@ -121,11 +121,11 @@ def session_factory(settings: STTSettings) -> Callable[[], CaptionSession]:
     """Builds a :class:`CaptionSession` per browser tab for the configured STT endpoint."""
 
     def make() -> CaptionSession:
-        from pipecat.audio.vad.silero import SileroVADAnalyzer
+        from agent.vad import SharedSileroVADAnalyzer
 
         return CaptionSession(
             service=stt_service_from_settings(settings),
-            vad=SileroVADAnalyzer(params=VADParams(stop_secs=0.5)),
+            vad=SharedSileroVADAnalyzer(params=VADParams(stop_secs=0.5)),
         )
 
     return make

@@ -3,7 +3,7 @@
 ::
 
     transport.input()                     caller audio, 16 kHz mono
-      → VADProcessor(Silero)              VADUserStarted/StoppedSpeakingFrame
+      → VADProcessor(shared Silero)       VADUserStarted/StoppedSpeakingFrame; one batched model
       → Voxtral realtime STT              interim transcripts, one final per user turn
       → user context aggregator           turn taking; barge-in interrupts the bot
       → LLM turn handler                  OpenAI-compatible chat, or the offline responder
@@ -26,7 +26,6 @@ a third of our espeak test questions "unfinished" and waited for its 3 s fallbac
 
 from __future__ import annotations
 
-from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
@@ -52,6 +51,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.config import Settings, TurnSettings
 from agent.llm import configured_tools, llm_context, llm_from_settings
 from agent.tts import tts_service_from_settings
+from agent.vad import SharedSileroVADAnalyzer
 
 PIPELINE_SAMPLE_RATE = 16_000
 """Pipeline audio in and out: what the STT protocol wants, so it never resamples."""
@@ -82,7 +82,7 @@ def build_voice_agent_task(
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
     )
     vad = VADProcessor(
-        vad_analyzer=SileroVADAnalyzer(
+        vad_analyzer=SharedSileroVADAnalyzer(
             params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
         )
     )
@@ -104,6 +104,7 @@ def build_voice_agent_task(
             enable_metrics=True,
         ),
         conversation_id=call_id,
+        enable_tracing=settings.observability.otel_enabled,
         name=f"call-{call_id}",
         observers=observers or [],
     )

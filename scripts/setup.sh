@@ -49,6 +49,6 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
-  .venv/bin/python -m pip install -q -e ".[offline,sagemaker,dev]"
+  .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   rm -f .venv/.installed-* && touch "$stamp"
 fi

@@ -1,0 +1,189 @@
+"""``SharedSileroVADAnalyzer``: Pipecat's Silero VAD, with one model for the whole process.
+
+A drop-in for ``SileroVADAnalyzer`` (``VADProcessor(vad_analyzer=...)`` or the user
+aggregator's ``vad_analyzer``) that makes the same decisions on the same audio, but whose
+per-call instances hold only their own state (Silero's context and recurrent state, ~1.3 kB)
+and send each 32 ms window to the event loop's :class:`~agent.vad.batcher.SileroBatcher`,
+which scores the windows of all calls that are due together in one inference.
+
+Why ``analyze_audio`` is overridden: in Pipecat 1.14 the only entry point the VAD controller
+uses is the coroutine ``VADAnalyzer.analyze_audio``, which hands the whole buffer to the
+synchronous ``_run_analyzer`` on a one-thread executor *per analyzer*, and that loop calls
+the synchronous ``voice_confidence`` once per window. A synchronous confidence cannot wait for
+other calls' windows without parking a thread per call, so this class overrides
+``analyze_audio`` itself: it cuts windows on the event loop, awaits each window's confidence
+from the batcher, and runs the same state machine as ``_run_analyzer`` (per window: count
+speaking/non-speaking windows; per buffer: promote STARTING/STOPPING once the counts reach
+``start_secs``/``stop_secs``) and the same model-reset rule as ``SileroVADAnalyzer`` (every
+~2 s of audio, only when quiet after 5 windows under 0.1). The equivalence test compares the
+two frame by frame, so a change in Pipecat's logic shows up there. ``voice_confidence`` still
+works synchronously (one unbatched run on the shared session) for code that calls it directly.
+
+Windows of one call are sequential (each needs the state the previous one left), so one call
+never has two windows in a batch, and ``analyze_audio`` calls on one analyzer are serialized
+by a lock, as the stock executor serializes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from loguru import logger
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
+
+from agent.vad.batcher import (
+    SAMPLE_RATES,
+    WINDOW_SAMPLES,
+    SileroBatcher,
+    SileroStream,
+    check_window,
+    infer,
+    shared_batcher,
+    silero_session,
+)
+
+# The same reset rule as pipecat.audio.vad.silero (see its comments for the reasoning): after
+# this much audio, reset the model's memory at the first quiet point where this many windows
+# in a row scored below this confidence.
+_RESET_INTERVAL_SECS = 2.0
+_RESET_MAX_CONFIDENCE = 0.1
+_RESET_LOW_CONFIDENCE_WINDOWS = 5
+
+
+class SharedSileroVADAnalyzer(VADAnalyzer):
+    """Silero VAD for one call, scored in batches with every other call in the process.
+
+    Args:
+        sample_rate: 8000 or 16000 Hz; None to take the pipeline's input rate.
+        params: VAD thresholds and timing, as for ``SileroVADAnalyzer``.
+        batcher: the batcher to use; default: the running event loop's shared one.
+    """
+
+    def __init__(
+        self,
+        *,
+        sample_rate: int | None = None,
+        params: VADParams | None = None,
+        batcher: SileroBatcher | None = None,
+    ) -> None:
+        super().__init__(sample_rate=sample_rate, params=params)
+        self._batcher = batcher
+        self._stream = SileroStream()
+        self._lock = asyncio.Lock()
+        self._windows_since_reset = 0
+        self._low_confidence_windows = 0
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes of model memory this call holds (the model itself is shared)."""
+        return self._stream.nbytes
+
+    def set_sample_rate(self, sample_rate: int) -> None:
+        for rate in (sample_rate, self._init_sample_rate or sample_rate):
+            if rate not in SAMPLE_RATES:
+                raise ValueError(
+                    f"Silero VAD runs at 8000 or 16000 Hz, not {rate}; "
+                    "set the pipeline's audio_in_sample_rate to one of them"
+                )
+        super().set_sample_rate(sample_rate)
+
+    def num_frames_required(self) -> int:
+        return WINDOW_SAMPLES[16000] if self.sample_rate == 16000 else WINDOW_SAMPLES[8000]
+
+    def voice_confidence(self, buffer: bytes) -> float:
+        """Score one window synchronously (unbatched) - for callers outside ``analyze_audio``."""
+        try:
+            check_window(buffer, self.sample_rate)
+            session = self._batcher.session if self._batcher else silero_session()
+            confidence = infer(session, self.sample_rate, [self._stream], [buffer])[0]
+        except Exception as exc:
+            logger.error(f"Error analyzing audio with shared Silero VAD: {exc}")
+            return 0.0
+        self._maybe_reset_model(float(confidence))
+        return float(confidence)
+
+    async def analyze_audio(self, buffer: bytes) -> VADState:
+        """Feed audio of any length; returns the VAD state after it, as Pipecat's does."""
+        async with self._lock:
+            data = self._vad_buffer + buffer
+            size = self._vad_frames_num_bytes
+            if len(data) < size:
+                self._vad_buffer = data
+                return self._vad_state
+            offset = 0
+            try:
+                while len(data) - offset >= size:
+                    window = data[offset : offset + size]
+                    offset += size
+                    confidence = await self._confidence(window)
+                    self._prev_volume = self._get_smoothed_volume(window)
+                    self._step(
+                        bool(confidence >= self._params.confidence)
+                        and self._prev_volume >= self._params.min_volume
+                    )
+            finally:
+                self._vad_buffer = data[offset:]
+            self._settle()
+            return self._vad_state
+
+    async def _confidence(self, window: bytes) -> np.float32:
+        """The window's confidence from the batcher, then the model-reset rule.
+
+        Kept as a float32 scalar: Pipecat compares its float32 output with the threshold in
+        float32, and so must we to decide identically at the boundary.
+        """
+        if self._batcher is None:
+            self._batcher = shared_batcher()
+        try:
+            confidence = await self._batcher.score(self._stream, window, self.sample_rate)
+        except Exception as exc:
+            logger.error(f"Error analyzing audio with shared Silero VAD: {exc}")
+            return np.float32(0.0)
+        self._maybe_reset_model(float(confidence))
+        return confidence
+
+    def _maybe_reset_model(self, confidence: float) -> None:
+        """Reset this call's model memory when due and clearly quiet (as Silero's analyzer)."""
+        self._windows_since_reset += 1
+        if confidence < _RESET_MAX_CONFIDENCE:
+            self._low_confidence_windows += 1
+        else:
+            self._low_confidence_windows = 0
+        due = (
+            self._windows_since_reset * self.num_frames_required()
+            >= _RESET_INTERVAL_SECS * self.sample_rate
+        )
+        if (
+            due
+            and self._vad_state == VADState.QUIET
+            and self._low_confidence_windows >= _RESET_LOW_CONFIDENCE_WINDOWS
+        ):
+            self._stream.reset()
+            self._windows_since_reset = 0
+
+    def _step(self, speaking: bool) -> None:
+        """Advance the state by one window: count towards starting or stopping."""
+        state = self._vad_state
+        if speaking:
+            if state == VADState.QUIET:
+                self._vad_state, self._vad_starting_count = VADState.STARTING, 1
+            elif state == VADState.STARTING:
+                self._vad_starting_count += 1
+            elif state == VADState.STOPPING:
+                self._vad_state, self._vad_stopping_count = VADState.SPEAKING, 0
+        elif state == VADState.STARTING:
+            self._vad_state, self._vad_starting_count = VADState.QUIET, 0
+        elif state == VADState.SPEAKING:
+            self._vad_state, self._vad_stopping_count = VADState.STOPPING, 1
+        elif state == VADState.STOPPING:
+            self._vad_stopping_count += 1
+
+    def _settle(self) -> None:
+        """After a buffer: confirm a start or a stop once enough windows agreed."""
+        if self._vad_state == VADState.STARTING:
+            if self._vad_starting_count >= self._vad_start_frames:
+                self._vad_state, self._vad_starting_count = VADState.SPEAKING, 0
+        if self._vad_state == VADState.STOPPING:
+            if self._vad_stopping_count >= self._vad_stop_frames:
+                self._vad_state, self._vad_stopping_count = VADState.QUIET, 0

@@ -1,0 +1,313 @@
+"""The shared, batched Silero VAD decides exactly as Pipecat's per-call Silero does.
+
+Every comparison feeds the same audio (espeak sentences with quiet, slightly noisy gaps long
+enough for Silero's periodic model resets) to a stock ``SileroVADAnalyzer`` and to
+``SharedSileroVADAnalyzer``, and compares the state after every frame and the confidence of
+every 32 ms window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADState
+from pipecat.frames.frames import (
+    InputAudioRawFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.tests.utils import run_test
+
+from agent.vad import SharedSileroVADAnalyzer, SileroBatcher, SileroStream
+from agent.vad.batcher import infer, silero_session
+from tests.conftest import requires_espeak
+from tests.speech import SENTENCES, speech_at
+
+pytestmark = requires_espeak
+
+HANG_GUARD_S = 60.0  # only stops a hung test; nothing here asserts speed
+
+
+def conversation(sample_rate: int, *, first: int = 0, gaps: tuple[float, ...] = (0.6, 2.6, 1.2)):
+    """PCM16: quiet, then a sentence after each gap, then 2.5 s of quiet; low noise throughout."""
+    rng = np.random.default_rng(first)
+    parts: list[np.ndarray] = []
+    for index, gap in enumerate(gaps):
+        parts.append(np.zeros(int(gap * sample_rate), np.int16))
+        sentence = SENTENCES[(first + index) % len(SENTENCES)]
+        parts.append(np.frombuffer(speech_at(sentence, sample_rate), np.int16))
+    parts.append(np.zeros(int(2.5 * sample_rate), np.int16))
+    audio = np.concatenate(parts).astype(np.int32) + rng.integers(-20, 21, sum(map(len, parts)))
+    return np.clip(audio, -32768, 32767).astype(np.int16).tobytes()
+
+
+def frames_of(pcm: bytes, frame_bytes: int | None, seed: int = 0) -> list[bytes]:
+    """Fixed-size frames, or (``None``) random sizes from 2 bytes to ~5 windows."""
+    if frame_bytes is not None:
+        return [pcm[i : i + frame_bytes] for i in range(0, len(pcm), frame_bytes)]
+    rng = np.random.default_rng(seed)
+    frames, offset = [], 0
+    while offset < len(pcm):
+        size = int(rng.integers(2, 5000))
+        frames.append(pcm[offset : offset + size])
+        offset += size
+    return frames
+
+
+class StockRecorder(SileroVADAnalyzer):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.confidences: list[float] = []
+        self.resets = 0
+
+    def voice_confidence(self, buffer: bytes) -> float:
+        confidence = super().voice_confidence(buffer)
+        self.confidences.append(float(np.asarray(confidence).reshape(-1)[0]))
+        return confidence
+
+    def _maybe_reset_model(self, confidence: float) -> None:
+        super()._maybe_reset_model(confidence)
+        self.resets += self._windows_since_reset == 0
+
+
+class SharedRecorder(SharedSileroVADAnalyzer):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.confidences: list[float] = []
+        self.resets = 0
+
+    async def _confidence(self, window: bytes) -> np.float32:
+        confidence = await super()._confidence(window)
+        self.confidences.append(float(confidence))
+        return confidence
+
+    def _maybe_reset_model(self, confidence: float) -> None:
+        super()._maybe_reset_model(confidence)
+        self.resets += self._windows_since_reset == 0
+
+
+async def feed(analyzer: VADAnalyzer, frames: list[bytes]) -> list[VADState]:
+    return [await analyzer.analyze_audio(frame) for frame in frames]
+
+
+def assert_same_run(
+    stock: StockRecorder, stock_states: list[VADState], shared: SharedRecorder, states: list
+) -> None:
+    assert states == stock_states
+    assert len(shared.confidences) == len(stock.confidences) > 0
+    assert np.max(np.abs(np.subtract(shared.confidences, stock.confidences))) <= 1e-4
+    assert shared.resets == stock.resets
+
+
+@pytest.mark.parametrize(
+    ("sample_rate", "frame_bytes"),
+    [(16000, 640), (16000, None), (8000, 320), (8000, None)],
+    ids=["16k-20ms", "16k-ragged", "8k-20ms", "8k-ragged"],
+)
+async def test_same_decisions_as_stock_silero_frame_by_frame(
+    sample_rate: int, frame_bytes: int | None
+) -> None:
+    frames = frames_of(conversation(sample_rate), frame_bytes)
+    stock = StockRecorder(sample_rate=sample_rate)
+    stock.set_sample_rate(sample_rate)
+    stock_states = await feed(stock, frames)
+    # Ragged runs also cover the tick-level batcher (no delay window).
+    shared = SharedRecorder(
+        batcher=SileroBatcher(max_delay_s=0.0 if frame_bytes is None else 0.004)
+    )
+    shared.set_sample_rate(sample_rate)
+    states = await feed(shared, frames)
+
+    assert_same_run(stock, stock_states, shared, states)
+    # The audio exercises what matters: speech found and ended, and the periodic model reset.
+    assert VADState.SPEAKING in states and states[-1] == VADState.QUIET
+    assert stock.resets >= 2
+
+
+async def test_ten_concurrent_calls_each_decide_as_their_own_stock_run() -> None:
+    calls = []
+    for call in range(10):
+        rate = 16000 if call % 2 == 0 else 8000
+        gaps = (0.3 + 0.1 * call, 2.2 + 0.05 * call)
+        frames = frames_of(conversation(rate, first=call, gaps=gaps), rate // 25, seed=call)
+        stock = StockRecorder()
+        stock.set_sample_rate(rate)
+        calls.append((rate, frames, stock, await feed(stock, frames)))
+
+    batcher = SileroBatcher()
+    shared = [SharedRecorder(batcher=batcher) for _ in calls]
+    for analyzer, (rate, *_) in zip(shared, calls, strict=True):
+        analyzer.set_sample_rate(rate)
+    runs = [feed(analyzer, frames) for analyzer, (_, frames, *_) in zip(shared, calls, strict=True)]
+    results = await asyncio.wait_for(asyncio.gather(*runs), HANG_GUARD_S)
+
+    for analyzer, states, (_, _, stock, stock_states) in zip(shared, results, calls, strict=True):
+        assert_same_run(stock, stock_states, analyzer, states)
+    assert batcher.stats.windows == sum(len(a.confidences) for a in shared)
+    assert batcher.stats.largest_batch >= 5  # windows of different calls really shared runs
+    assert batcher.stats.batches < batcher.stats.windows / 3
+
+
+async def test_a_call_that_stops_sending_or_is_cancelled_delays_no_one() -> None:
+    batcher = SileroBatcher(max_delay_s=0.002)
+    pcm = conversation(16000, gaps=(0.5,))
+    silent, cancelled, active = (SharedRecorder(batcher=batcher) for _ in range(3))
+    for analyzer in (silent, cancelled, active):
+        analyzer.set_sample_rate(16000)
+
+    await silent.analyze_audio(pcm[:1500])  # one window and a half, then nothing ever again
+    stuck = asyncio.create_task(cancelled.analyze_audio(pcm[:1024]))
+    await asyncio.sleep(0)  # its window is queued...
+    stuck.cancel()  # ...and its caller goes away before the batch runs
+
+    reference = StockRecorder(sample_rate=16000)
+    reference.set_sample_rate(16000)
+    frames = frames_of(pcm, 640)
+    states = await asyncio.wait_for(feed(active, frames), HANG_GUARD_S)
+    assert_same_run(reference, await feed(reference, frames), active, states)
+    with pytest.raises(asyncio.CancelledError):
+        await stuck
+    # The cancelled call can carry on; its later windows are scored in order.
+    assert await asyncio.wait_for(cancelled.analyze_audio(pcm[1024:4096]), HANG_GUARD_S)
+
+
+async def test_bad_input_fails_only_its_own_call() -> None:
+    batcher = SileroBatcher()
+    good, bad = SileroStream(), SileroStream()
+    window = conversation(16000)[:1024]
+    results = await asyncio.gather(
+        batcher.score(good, window, 16000),
+        batcher.score(bad, window[:1000], 16000),
+        batcher.score(bad, window, 44100),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], np.float32)
+    assert isinstance(results[1], ValueError) and "1024 bytes" in str(results[1])
+    assert isinstance(results[2], ValueError) and "8000 or 16000" in str(results[2])
+    with pytest.raises(ValueError, match="8000 or 16000"):
+        SharedSileroVADAnalyzer().set_sample_rate(24000)
+
+
+def sequential_scores(windows: list[bytes]) -> list[float]:
+    """One stream's windows scored one by one, unbatched: the reference for batched runs."""
+    stream = SileroStream()
+    return [float(infer(silero_session(), 16000, [stream], [w])[0]) for w in windows]
+
+
+async def test_full_batches_run_at_once_and_leftovers_on_the_timer() -> None:
+    batcher = SileroBatcher(max_batch=3)
+    pcm = conversation(16000, gaps=(0.1,))
+    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(7)]
+    scores = await asyncio.gather(*(batcher.score(SileroStream(), w, 16000) for w in windows))
+    assert [float(s) for s in scores] == [sequential_scores([w])[0] for w in windows]
+    assert (batcher.stats.batches, batcher.stats.largest_batch) == (3, 3)
+
+
+async def test_two_windows_of_one_stream_queued_together_are_scored_in_order() -> None:
+    batcher = SileroBatcher()
+    pcm = conversation(16000, gaps=(0.1,))
+    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(3)]
+    stream = SileroStream()
+    scores = await asyncio.gather(*(batcher.score(stream, w, 16000) for w in windows))
+    assert [float(s) for s in scores] == sequential_scores(windows)
+    assert batcher.stats.batches == 3
+
+
+def test_synchronous_voice_confidence_matches_stock() -> None:
+    """For code that calls ``voice_confidence`` directly (outside ``analyze_audio``)."""
+    pcm = conversation(8000, gaps=(0.4,))
+    windows = [pcm[i : i + 512] for i in range(0, len(pcm) - 511, 512)]
+    stock, shared = SileroVADAnalyzer(), SharedSileroVADAnalyzer()
+    stock.set_sample_rate(8000)
+    shared.set_sample_rate(8000)
+    expected = [float(np.asarray(stock.voice_confidence(w)).reshape(-1)[0]) for w in windows]
+    assert np.allclose([shared.voice_confidence(w) for w in windows], expected, atol=1e-4)
+    assert max(expected) > 0.7  # the speech was seen
+    assert shared.voice_confidence(b"\0" * 10) == 0.0  # a wrong-size window is an error, logged
+
+
+class FailOnce:
+    """The real session, except that its first run raises (fault injection)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def run(self, *args: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("injected inference failure")
+        return silero_session().run(*args)
+
+
+async def test_a_failed_inference_fails_only_that_batch() -> None:
+    batcher = SileroBatcher(session=FailOnce())  # type: ignore[arg-type]
+    window = conversation(16000)[:1024]
+    first = await asyncio.gather(
+        *(batcher.score(SileroStream(), window, 16000) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(r, RuntimeError) for r in first)
+    assert batcher.stats.failed_batches == 1
+    analyzer = SharedSileroVADAnalyzer(batcher=batcher)
+    analyzer.set_sample_rate(16000)
+    assert await analyzer.analyze_audio(window) == VADState.QUIET
+    assert batcher.stats.batches == 1
+
+
+async def test_per_call_memory_is_a_few_kilobytes() -> None:
+    batcher = SileroBatcher()
+    pcm = conversation(16000, gaps=(0.2,))[: 16000 * 2]  # one second of audio each
+    warm = SharedSileroVADAnalyzer(batcher=batcher)
+    warm.set_sample_rate(16000)
+    await warm.analyze_audio(pcm)  # session, numpy and logging warmed up outside the count
+
+    count = 100
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        analyzers = [SharedSileroVADAnalyzer(batcher=batcher) for _ in range(count)]
+        for analyzer in analyzers:
+            analyzer.set_sample_rate(16000)
+        await asyncio.gather(*(a.analyze_audio(pcm) for a in analyzers))
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    per_call = sum(s.size_diff for s in after.compare_to(before, "filename")) / count
+    assert analyzers[0].state_nbytes <= 2048  # the model memory itself
+    # Everything a call holds, including Pipecat's 0.4 s volume window (12.8 kB at 16 kHz),
+    # against ~10 MB for a stock analyzer's own ONNX session.
+    assert per_call < 48 * 1024, f"{per_call:.0f} bytes per call"
+
+
+async def test_vad_processor_with_shared_analyzer_emits_the_stock_start_and_stop() -> None:
+    pcm = conversation(16000, gaps=(0.5,))
+    frames = [
+        InputAudioRawFrame(audio=f, sample_rate=16000, num_channels=1) for f in frames_of(pcm, 640)
+    ]
+
+    async def vad_events(analyzer: VADAnalyzer) -> list[tuple[str, int]]:
+        down, _ = await run_test(
+            VADProcessor(vad_analyzer=analyzer),
+            frames_to_send=frames,
+            pipeline_params=PipelineParams(audio_in_sample_rate=16000),
+        )
+        events, audio_frames = [], 0
+        for frame in down:
+            if isinstance(frame, InputAudioRawFrame):
+                audio_frames += 1
+            elif isinstance(frame, VADUserStartedSpeakingFrame | VADUserStoppedSpeakingFrame):
+                events.append((type(frame).__name__, audio_frames))
+        return events
+
+    shared = await asyncio.wait_for(vad_events(SharedSileroVADAnalyzer()), HANG_GUARD_S)
+    assert [name for name, _ in shared] == [
+        "VADUserStartedSpeakingFrame",
+        "VADUserStoppedSpeakingFrame",
+    ]
+    assert shared == await vad_events(SileroVADAnalyzer())  # after the same audio frame
