@@ -1,0 +1,108 @@
+"""The settings tree: profiles, environment overrides, and errors that say what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.config import PROFILES, ConfigError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("VOICE_AGENT_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_shipped_profile_loads(profile: str) -> None:
+    settings = load_settings(profile)
+    assert settings.profile == profile
+
+
+def test_the_default_profile_is_offline_and_starts_local_services() -> None:
+    settings = load_settings()
+    assert settings.server.start_local_services
+    assert settings.llm.base_url is None  # the offline responder answers
+    assert settings.tts.kind == "piper"
+    assert settings.stt.url.endswith(f":{settings.asr_server.port}/v1/realtime")
+    assert settings.stt.model == settings.asr_server.served_model_name
+
+
+def test_gpu_profiles_start_nothing_local() -> None:
+    assert not load_settings("vllm").server.start_local_services
+    sagemaker = load_settings("sagemaker")
+    assert not sagemaker.server.start_local_services
+    assert sagemaker.stt.transport == "sagemaker"
+
+
+def test_environment_variables_override_the_profile_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICE_AGENT_STT__URL", "ws://gpu:8000/v1/realtime")
+    monkeypatch.setenv("VOICE_AGENT_SERVER__MAX_CALLS", "7")
+    monkeypatch.setenv("VOICE_AGENT_PROFILE", "vllm")
+    settings = load_settings()
+    assert settings.profile == "vllm"
+    assert settings.stt.url == "ws://gpu:8000/v1/realtime"
+    assert settings.server.max_calls == 7
+
+
+def test_a_wrong_value_names_the_setting_and_the_variable_to_fix_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VOICE_AGENT_STT__URL", "http://gpu:8000")
+    with pytest.raises(ConfigError) as caught:
+        load_settings("vllm")
+    message = str(caught.value)
+    assert "stt.url" in message and "ws://" in message
+    assert "VOICE_AGENT_STT__URL" in message
+
+
+def test_an_unknown_setting_is_refused_not_ignored(tmp_path: Path) -> None:
+    (tmp_path / "mine.toml").write_text('[stt]\nmodle = "typo"\n')
+    with pytest.raises(ConfigError, match=r"stt\.modle.*no such setting"):
+        load_settings("mine", config_dir=tmp_path)
+
+
+def test_sagemaker_without_an_endpoint_fails_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICE_AGENT_STT__SAGEMAKER__ENDPOINT_NAME", "")
+    with pytest.raises(ConfigError, match="VOICE_AGENT_STT__SAGEMAKER__ENDPOINT_NAME"):
+        load_settings("sagemaker")
+
+
+def test_an_llm_url_without_a_model_says_which_variable_to_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VOICE_AGENT_LLM__MODEL", "")
+    with pytest.raises(ConfigError, match="VOICE_AGENT_LLM__MODEL"):
+        load_settings("vllm")
+
+
+def test_an_unknown_profile_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="default, sagemaker, vllm"):
+        load_settings("nope")
+
+
+def test_broken_toml_is_reported_with_its_file(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text("[stt\n")
+    with pytest.raises(ConfigError, match=r"bad\.toml is not valid TOML"):
+        load_settings("bad", config_dir=tmp_path)
+
+
+def test_ice_servers_take_plain_urls_or_turn_credentials() -> None:
+    settings = load_settings(
+        overrides={
+            "server": {
+                "ice_servers": [
+                    "stun:stun.example.org:3478",
+                    {"urls": "turn:t.example.org", "username": "u", "credential": "p"},
+                ]
+            }
+        }
+    )
+    stun, turn = settings.server.ice_servers
+    assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
+    assert (turn.username, turn.credential) == ("u", "p")
