@@ -140,15 +140,23 @@ def import_gradio() -> Any:
     return gradio
 
 
-def build_app(settings: STTSettings, gr: Any) -> Any:  # pragma: no cover - needs gradio
-    """The Gradio page: microphone in, captions out."""
-    make_session = session_factory(settings)
+class CaptionHandlers:
+    """The page's two callbacks, kept free of Gradio so they can be tested without it.
 
-    async def on_audio(chunk: tuple[int, np.ndarray] | None, state: dict[str, Any]) -> Any:
+    Each returns the caption text to show (``None``: leave the page as it is) and the new
+    per-tab state.
+    """
+
+    def __init__(self, make_session: Callable[[], CaptionSession]) -> None:
+        self._make_session = make_session
+
+    async def on_audio(
+        self, chunk: tuple[int, np.ndarray] | None, state: dict[str, Any]
+    ) -> tuple[str | None, dict[str, Any]]:
         if chunk is None:
-            return gr.skip(), state
+            return None, state
         if "session" not in state:
-            state["session"] = make_session()
+            state["session"] = self._make_session()
             state["converter"] = StreamConverter()
         session: CaptionSession = state["session"]
         sample_rate, samples = chunk
@@ -158,12 +166,25 @@ def build_app(settings: STTSettings, gr: Any) -> Any:  # pragma: no cover - need
             text += f"\n[{session.error}]"
         return text, state
 
-    async def on_stop(state: dict[str, Any]) -> Any:
+    async def on_stop(self, state: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         session: CaptionSession | None = state.get("session")
         if session is None:
-            return gr.skip(), state
+            return None, state
         await session.close()
         return session.board.render(), {}
+
+
+def build_app(settings: STTSettings, gr: Any) -> Any:  # pragma: no cover - needs gradio
+    """The Gradio page: microphone in, captions out."""
+    handlers = CaptionHandlers(session_factory(settings))
+
+    async def on_audio(chunk: tuple[int, np.ndarray] | None, state: dict[str, Any]) -> Any:
+        text, state = await handlers.on_audio(chunk, state)
+        return (gr.skip() if text is None else text), state
+
+    async def on_stop(state: dict[str, Any]) -> Any:
+        text, state = await handlers.on_stop(state)
+        return (gr.skip() if text is None else text), state
 
     with gr.Blocks(title="Live captions") as app:
         gr.Markdown("# Live captions\nPress record and speak; captions appear as you talk.")

@@ -70,3 +70,30 @@ async def test_utterances_become_final_captions(asr_server_url: str, asr_model_n
     assert len(session.board.finals) == 2, session.board.finals
     for sentence, caption in zip(sentences, session.board.finals, strict=True):
         assert word_error_rate(sentence, caption) <= 0.2, caption
+
+
+@requires_espeak
+async def test_the_pages_microphone_callbacks_turn_browser_audio_into_captions(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    """What Gradio calls: 48 kHz float stereo chunks every 100 ms, then stop_recording."""
+
+    def make_session() -> CaptionSession:
+        service = VoxtralRealtimeSTTService(
+            channel_factory=websocket_channel_factory(asr_server_url),
+            settings=VoxtralRealtimeSTTService.Settings(model=asr_model_name),
+        )
+        return CaptionSession(service=service, vad=SileroVADAnalyzer())
+
+    handlers = captions.CaptionHandlers(make_session)
+    sentence = "what is the weather like in paris today"
+    pcm = silence(0.3, 48_000) + speech_at(sentence, 48_000) + silence(1.0, 48_000)
+    samples = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
+    stereo = np.stack([samples, samples], axis=1)
+    state: dict[str, object] = {}
+    assert await handlers.on_audio(None, state) == (None, {})
+    for offset in range(0, len(stereo), 4800):
+        _, state = await handlers.on_audio((48_000, stereo[offset : offset + 4800]), state)
+    text, state = await handlers.on_stop(state)
+    assert state == {}
+    assert text is not None and word_error_rate(sentence, text) <= 0.2, text
