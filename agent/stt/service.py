@@ -292,10 +292,12 @@ class VoxtralRealtimeSTTService(STTService):
             await self._hear(held_back)
         self._speaking = False
         turn.ended = True
-        if turn is self._turns[0] and self._generation_open and self._channel is not None:
+        if turn.audio_bytes == 0:
+            # Nothing was heard: nothing to transcribe and no empty commit. (A turn with no
+            # audio never opened a generation, so dropping it can't orphan one.)
+            self._turns.pop()
+        elif turn is self._turns[0] and self._generation_open and self._channel is not None:
             await self._finish_generation(turn)
-        elif turn.audio_bytes == 0 and len(self._turns) == 1:
-            self._turns.pop()  # nothing was heard: nothing to transcribe, no empty commit
 
     async def _begin_generation(self, turn: Turn) -> None:
         """Start the head turn's generation: commit, then all its audio so far.

@@ -119,6 +119,22 @@ async def test_a_new_turn_waits_for_the_previous_done_instead_of_overlapping() -
         assert peer.violations == []
 
 
+async def test_an_empty_turn_while_waiting_for_done_does_not_block_later_turns() -> None:
+    async with StrictPeer(model=MODEL, hold_finals=asyncio.Event()) as peer:
+        assert peer.hold_finals is not None
+        async with SttHarness(make_service(peer.url, preroll_s=0.0, final_timeout_s=30)) as h:
+            await h.say(tone(0.3, 16_000))
+            await asyncio.sleep(0.1)
+            await h.say(b"")  # a VAD blip with no audio while the first done is pending
+            await h.say(tone(0.2, 16_000))
+            await asyncio.sleep(0.1)
+            peer.hold_finals.set()
+            one = await h.final()
+            two = await h.final(timeout=5)
+        assert (one.text, two.text) == ("4800", "3200")
+        assert peer.violations == []
+
+
 @pytest.mark.parametrize(
     "code",
     [
