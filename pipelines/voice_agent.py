@@ -13,9 +13,17 @@
                                           only the sentences actually played
 
 Audio enters at 16 kHz (``PIPELINE_SAMPLE_RATE``) so the STT, which speaks vLLM's 16 kHz
-protocol, never resamples (SOXR stream resampling holds back 19-53 ms). The server builds
-the transport, calls :func:`build_voice_agent_task`, runs the worker and cancels it when
-the call ends.
+protocol, never resamples (SOXR stream resampling holds back 19-53 ms). A transport whose
+audio is natively slower says so (``pipeline_sample_rate``: phone calls are 8 kHz) and the
+pipeline runs at that rate instead: the caller's audio is then resampled once (8 → 16 kHz,
+in the STT) rather than up in the serializer and back down for the answer, and Silero runs
+at 8 kHz. The server builds the transport, calls :func:`build_voice_agent_task`, runs the
+worker and cancels it when the call ends.
+
+Per-frame cost (``bench/capacity.py``): the STT does not pass caller audio further down the
+pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers share
+one Pipecat observer task (:class:`~agent.transports.ObserverGroup`), RTVI runs only for
+clients that speak it, and Pipecat's turn-tracking observer only when tracing needs it.
 
 Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
 quiet; the STT then finalizes the turn and the turn ends once the final transcript is in and
@@ -50,6 +58,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.llm import configured_tools, llm_context, llm_from_settings
+from agent.transports import ObserverGroup
 from agent.tts import tts_service_from_settings
 from agent.vad import SharedSileroVADAnalyzer
 
@@ -75,6 +84,8 @@ def build_voice_agent_task(
     from agent.stt.service import stt_service_from_settings
 
     turn = settings.turn
+    sample_rate = int(getattr(transport, "pipeline_sample_rate", PIPELINE_SAMPLE_RATE))
+    tracing = settings.observability.otel_enabled
     tools = configured_tools(settings.llm)
     context = llm_context(settings.llm, tools=tools)
     user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
@@ -89,7 +100,7 @@ def build_voice_agent_task(
     stages: list[FrameProcessor] = [
         transport.input(),
         vad,
-        stt_service_from_settings(settings.stt),
+        stt_service_from_settings(settings.stt, audio_passthrough=turn.smart_turn),
         user_aggregator,
         llm_from_settings(settings.llm),
         tts_service_from_settings(settings.tts),
@@ -99,14 +110,16 @@ def build_voice_agent_task(
     return PipelineWorker(
         Pipeline(stages),
         params=PipelineParams(
-            audio_in_sample_rate=PIPELINE_SAMPLE_RATE,
-            audio_out_sample_rate=PIPELINE_SAMPLE_RATE,
+            audio_in_sample_rate=sample_rate,
+            audio_out_sample_rate=sample_rate,
             enable_metrics=True,
         ),
         conversation_id=call_id,
-        enable_tracing=settings.observability.otel_enabled,
+        enable_rtvi=bool(getattr(transport, "speaks_rtvi", True)),
+        enable_tracing=tracing,
+        enable_turn_tracking=tracing,
         name=f"call-{call_id}",
-        observers=observers or [],
+        observers=[ObserverGroup(observers)] if observers else [],
     )
 
 

@@ -3,8 +3,10 @@
 Twilio's flow: the number's voice webhook ``POST /telephony/twilio`` answers TwiML that connects
 the call to ``WS /telephony/twilio/ws``; Twilio then sends ``connected``, ``start`` (stream and
 call SIDs), 20 ms 8 kHz μ-law ``media`` frames, ``mark`` and finally ``stop``. Pipecat's
-:class:`TwilioFrameSerializer` converts audio both ways (the pipeline runs at 16 kHz) and sends
-``clear`` on an interruption, so Twilio drops bot audio it has queued when the caller barges in.
+:class:`TwilioFrameSerializer` converts μ-law to PCM and back and sends ``clear`` on an
+interruption, so Twilio drops bot audio it has queued when the caller barges in. The
+transport (:class:`MediaStreamTransport`) asks the pipeline to run at the phone's 8 kHz, so
+the serializer never resamples, and to leave out RTVI, which a phone does not speak.
 
 Security: with ``twilio.auth_token`` set, the webhook checks ``X-Twilio-Signature`` (403 and
 nothing started when missing or wrong) and hands Twilio a per-call token as a ``<Parameter>``;
@@ -29,7 +31,8 @@ from xml.sax.saxutils import quoteattr
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
 from loguru import logger
-from pipecat.frames.frames import Frame
+from pipecat.audio.utils import ulaw_to_pcm
+from pipecat.frames.frames import Frame, InputAudioRawFrame
 from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
@@ -37,6 +40,16 @@ from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPI
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.transports import CallLogObserver, TaskFactory, run_pipeline
+
+TELEPHONY_SAMPLE_RATE = 8000
+"""The audio rate of a phone call's media stream (8 kHz μ-law)."""
+
+INPUT_FRAME_MS = 60
+"""Caller audio goes down the pipeline in frames this long (Twilio sends 20 ms). Every
+pipeline frame costs the same Pipecat queue hops and observer events whatever its length, so
+three media messages per frame cut the server's per-call CPU by about a third
+(``bench/capacity.py``), for at most 40 ms of input delay. (At 16 kHz, Pipecat's SOXR
+resampler in the serializer already bunched input into ~95 ms bursts.)"""
 
 START_TIMEOUT_S = 10.0
 """How long a fresh media-stream socket may take to send its ``start`` message."""
@@ -137,7 +150,8 @@ class TelephonyProvider(Protocol):
 
 
 class _TwilioSerializer(TwilioFrameSerializer):
-    """Twilio's serializer, plus a callback when Twilio says the stream stopped."""
+    """Twilio's serializer, plus a callback when Twilio says the stream stopped, and caller
+    audio handed on in ``INPUT_FRAME_MS`` frames instead of Twilio's 20 ms ones."""
 
     def __init__(self, start: StreamStart, on_stop: Any) -> None:
         super().__init__(
@@ -146,16 +160,33 @@ class _TwilioSerializer(TwilioFrameSerializer):
             params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
         )
         self._on_stop = on_stop
+        self._pending = bytearray()  # μ-law not yet handed to the pipeline
+        self._frame_bytes = TELEPHONY_SAMPLE_RATE * INPUT_FRAME_MS // 1000
 
     async def deserialize(self, data: str | bytes) -> Frame | None:
-        if isinstance(data, str) and '"stop"' in data:
-            try:
-                event = json.loads(data).get("event")
-            except (ValueError, AttributeError):
-                event = None
-            if event == "stop":
-                self._on_stop()
+        try:
+            message = json.loads(data)
+            event = message.get("event")
+        except (ValueError, AttributeError):
+            return await super().deserialize(data)  # logs what it could not read
+        if event == "media":
+            payload = (message.get("media") or {}).get("payload")
+            if not payload:
                 return None
+            self._pending += base64.b64decode(payload)
+            if len(self._pending) < self._frame_bytes:
+                return None
+            ulaw = bytes(self._pending)
+            self._pending.clear()
+            pcm = await ulaw_to_pcm(
+                ulaw, self._twilio_sample_rate, self._sample_rate, self._input_resampler
+            )
+            if not pcm:
+                return None
+            return InputAudioRawFrame(audio=pcm, num_channels=1, sample_rate=self._sample_rate)
+        if event == "stop":
+            self._on_stop()
+            return None
         return await super().deserialize(data)
 
 
@@ -228,6 +259,14 @@ class TwilioProvider:
 # ---------------------------------------------------------------------------- calls
 
 
+class MediaStreamTransport(FastAPIWebsocketTransport):
+    """A phone call's media-stream WebSocket, with what the pipeline should know about it
+    (see :mod:`agent.transports`): its audio is 8 kHz and its client speaks no RTVI."""
+
+    pipeline_sample_rate = TELEPHONY_SAMPLE_RATE
+    speaks_rtvi = False
+
+
 class TelephonyCalls:
     """The webhook and media-stream routes of each provider, running one pipeline per call."""
 
@@ -290,7 +329,7 @@ class TelephonyCalls:
             if task_holder and not stop_tasks:
                 stop_tasks.append(asyncio.create_task(task_holder[0].cancel(reason="stream stop")))
 
-        transport = FastAPIWebsocketTransport(
+        transport = MediaStreamTransport(
             websocket=websocket,
             params=FastAPIWebsocketParams(
                 audio_in_enabled=True,

@@ -1,0 +1,844 @@
+"""How many phone calls one core carries: our telephony server against stock Pipecat.
+
+The server runs in a child process pinned to one core (``os.sched_setaffinity``); this
+process (the load client) and the scripted peers share the other core. For each N the bench
+starts a fresh server, places one warm-up call, then N simulated Twilio calls (real Media
+Streams protocol over WebSocket: ``connected``, ``start``, 20 ms 8 kHz μ-law ``media`` at
+real-time pace; Piper-voice questions with silences between them) and measures over a
+steady window:
+
+- server CPU-seconds per call-second (``utime + stime`` of the server from ``/proc``) and
+  the calls per core that implies;
+- p50/p95 turn latency: the end of a question's speech → the first loud ``media`` frame
+  back, and its ratio to the same server's N=1 figure;
+- RAM per call: the server's RSS with N calls up minus its RSS after the warm-up call,
+  divided by N;
+- frames lost: 20 ms of reply audio the caller should have received and did not (each
+  answer is a 1 s tone; the expected bytes per answer are taken from N=1), and turns with
+  no answer at all.
+
+Servers (the same client against each, in one invocation):
+
+- ``ours``: ``agent.server.create_app`` with the product pipeline (``pipelines.voice_agent``,
+  Twilio path), STT/LLM/TTS pointed at instant scripted peers (``bench/capacity_peers.py``)
+  in a separate process, so only our server's cost is measured.
+- ``stock``: Pipecat's stock Twilio setup: ``FastAPIWebsocketTransport`` +
+  ``TwilioFrameSerializer`` → ``VADProcessor(SileroVADAnalyzer())`` per call → a canned 1 s
+  reply → output, pipeline at 8 kHz as Pipecat's Twilio examples run it.
+
+N steps up until the server breaks (CPU saturated, p95 over 2x N=1, lost frames or
+unanswered turns). Results: ``bench/results/capacity.md`` and ``capacity.png``.
+
+    .venv/bin/python bench/capacity.py [--quick] [--servers ours,stock] [--calls 1,10,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+with warnings.catch_warnings():  # μ-law as Twilio speaks it; Python 3.12 still ships audioop
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import audioop
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+from fastapi import FastAPI, WebSocket  # noqa: E402  (module level: FastAPI reads the hints)
+
+BENCH = ROOT / "bench" / "capacity.py"
+RESULTS_MD = ROOT / "bench" / "results" / "capacity.md"
+RESULTS_PNG = ROOT / "bench" / "results" / "capacity.png"
+SERVER_CORE, CLIENT_CORE = 0, 1
+QUESTIONS = (
+    "turn on the lights in the kitchen",
+    "please call me back tomorrow morning",
+    "what is the weather like in paris today",
+    "i would like to book a table for two people",
+)
+FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
+FRAME_S = 0.02
+LOUD_PEAK = 300
+SPEECH_PEAK = 500
+PAUSE_S = (1.0, 2.5)
+"""Silence before each question, drawn uniformly: the caller waits for the answer."""
+ANSWER_WAIT_S = 2.6
+"""Silence after each question: the 1 s answer arrives and ends within it."""
+SERVERS = ("ours", "stock", "ours16k")
+FULL_CALLS = (1, 10, 20, 40, 60, 80, 100, 120, 140)
+QUICK_CALLS = (1, 40, 80)
+P95_BREAK_RATIO = 2.0
+CPU_BREAK = 0.95
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def _stock_app() -> Any:
+    """Pipecat's stock Twilio server: transport + Silero VAD per call + a canned 1 s reply."""
+    from pipecat.audio.vad.silero import SileroVADAnalyzer
+    from pipecat.frames.frames import (
+        Frame,
+        TTSAudioRawFrame,
+        TTSStartedFrame,
+        TTSStoppedFrame,
+        VADUserStoppedSpeakingFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.audio.vad_processor import VADProcessor
+    from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.serializers.twilio import TwilioFrameSerializer
+    from pipecat.transports.websocket.fastapi import (
+        FastAPIWebsocketParams,
+        FastAPIWebsocketTransport,
+    )
+    from pipecat.workers.runner import WorkerRunner
+
+    from bench.capacity_peers import tone
+
+    reply = tone(8000)
+
+    class CannedReply(FrameProcessor):
+        async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+            await super().process_frame(frame, direction)
+            await self.push_frame(frame, direction)
+            if isinstance(frame, VADUserStoppedSpeakingFrame):
+                await self.push_frame(TTSStartedFrame())
+                await self.push_frame(TTSAudioRawFrame(reply, 8000, 1))
+                await self.push_frame(TTSStoppedFrame())
+
+    app = FastAPI()
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.websocket("/telephony/twilio/ws")
+    async def media(websocket: WebSocket) -> None:
+        await websocket.accept()
+        while True:
+            message = json.loads(await websocket.receive_text())
+            if message.get("event") == "start":
+                break
+        start = message["start"]
+        serializer = TwilioFrameSerializer(
+            start["streamSid"],
+            start["callSid"],
+            params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
+        )
+        transport = FastAPIWebsocketTransport(
+            websocket=websocket,
+            params=FastAPIWebsocketParams(
+                audio_in_enabled=True,
+                audio_out_enabled=True,
+                add_wav_header=False,
+                serializer=serializer,
+            ),
+        )
+        pipeline = Pipeline(
+            [
+                transport.input(),
+                VADProcessor(vad_analyzer=SileroVADAnalyzer()),
+                CannedReply(),
+                transport.output(),
+            ]
+        )
+        task = PipelineWorker(
+            pipeline, params=PipelineParams(audio_in_sample_rate=8000, audio_out_sample_rate=8000)
+        )
+
+        @transport.event_handler("on_client_disconnected")
+        async def _gone(_transport: Any, _ws: Any) -> None:
+            await task.cancel()
+
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(task)
+        await runner.run()
+
+    return app
+
+
+def _our_app(peers_port: int) -> Any:
+    from agent.config import load_settings
+    from agent.server import create_app
+    from bench.capacity_peers import TONE_RATE
+
+    base = f"http://127.0.0.1:{peers_port}"
+    settings = load_settings(
+        "default",
+        overrides={
+            "server": {"start_local_services": False, "max_calls": 10_000},
+            "stt": {"url": f"ws://127.0.0.1:{peers_port}/v1/realtime"},
+            "llm": {"base_url": f"{base}/v1", "model": "capacity-instant"},
+            "tts": {"kind": "openai", "base_url": f"{base}/v1", "sample_rate": TONE_RATE},
+        },
+    )
+    return create_app(settings)
+
+
+def serve(kind: str, port: int, peers_port: int, core: int, profile: str | None) -> None:
+    """Entry point of the server child (``--serve KIND PORT PEERS_PORT CORE``)."""
+    import uvicorn
+    from loguru import logger
+
+    os.sched_setaffinity(0, {core})
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
+    if kind == "ours16k":  # the same server with the pipeline at 16 kHz, for comparison
+        from agent.transports.telephony import MediaStreamTransport
+
+        MediaStreamTransport.pipeline_sample_rate = 16_000
+    app = _stock_app() if kind == "stock" else _our_app(peers_port)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    if profile:
+        _profile_on_signals(profile)
+    uvicorn.Server(config).run()
+
+
+def _profile_on_signals(path: str) -> None:
+    """cProfile the event loop between SIGUSR2 (start) and SIGUSR1 (stop and write ``path``),
+    so only the steady window is profiled."""
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+
+    def start(_sig: int, _frame: Any) -> None:
+        profiler.enable()
+
+    def stop(_sig: int, _frame: Any) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+
+    signal.signal(signal.SIGUSR2, start)
+    signal.signal(signal.SIGUSR1, stop)
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before it was ready")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+# ----------------------------------------------------------------------------- the callers
+
+
+def question_audio(text: str) -> bytes:
+    """A Piper-voice question as 8 kHz μ-law, trailing quiet trimmed to the last word."""
+    from tests.speech import speech_at
+
+    pcm = np.frombuffer(speech_at(text, 8000, voice="piper"), "<i2")
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SPEECH_PEAK)
+    start = max(0, int(loud[0]) - 800) if loud.size else 0
+    end = int(loud[-1]) + 1 if loud.size else len(pcm)
+    return audioop.lin2ulaw(pcm[start:end].tobytes(), 2)
+
+
+def media_messages(ulaw: bytes) -> list[str]:
+    """Twilio ``media`` messages, one per 20 ms, ready to send."""
+    out = []
+    for i in range(0, len(ulaw), FRAME_BYTES):
+        payload = base64.b64encode(ulaw[i : i + FRAME_BYTES].ljust(FRAME_BYTES, b"\xff"))
+        media = {"payload": payload.decode()}
+        out.append(json.dumps({"event": "media", "streamSid": "MZcap", "media": media}))
+    return out
+
+
+@dataclass
+class TurnRecord:
+    speech_end: float
+    first_loud: float | None = None
+    reply_bytes: int = 0
+
+
+@dataclass
+class CallLog:
+    turns: list[TurnRecord] = field(default_factory=list)
+    max_late_s: float = 0.0
+    error: str | None = None
+
+
+class Caller:
+    """One Twilio call: sends its script at real-time pace, records what comes back."""
+
+    def __init__(self, index: int, script: list[tuple[list[str], bool]], log: CallLog) -> None:
+        self.index = index
+        self.script = script  # (messages, is_question) in order, cycled
+        self.log = log
+        self._turn: TurnRecord | None = None
+
+    async def run(self, url: str, begin: float, end: float) -> None:
+        import websockets
+
+        try:
+            async with websockets.connect(url, compression=None, max_queue=None) as ws:
+                sid = f"CA{self.index:06d}"
+                start = {
+                    "streamSid": "MZcap",
+                    "accountSid": "ACcap",
+                    "callSid": sid,
+                    "tracks": ["inbound"],
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+                    "customParameters": {},
+                }
+                await ws.send(json.dumps({"event": "connected", "protocol": "Call"}))
+                await ws.send(json.dumps({"event": "start", "streamSid": "MZcap", "start": start}))
+                reader = asyncio.create_task(self._read(ws))
+                try:
+                    await self._send(ws, begin, end)
+                    stop = {"event": "stop", "streamSid": "MZcap", "stop": {"callSid": sid}}
+                    await ws.send(json.dumps(stop))
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await reader
+        except Exception as exc:  # a refused or broken call is a result, not a crash
+            self.log.error = f"{type(exc).__name__}: {exc}"
+
+    async def _send(self, ws: Any, begin: float, end: float) -> None:
+        loop = asyncio.get_running_loop()
+        sent = 0
+        while True:
+            for messages, is_question in self.script:
+                for i, message in enumerate(messages):
+                    due = begin + sent * FRAME_S
+                    now = loop.time()
+                    if now >= end:
+                        return
+                    if due > now:
+                        await asyncio.sleep(due - now)
+                    else:
+                        self.log.max_late_s = max(self.log.max_late_s, now - due)
+                    await ws.send(message)
+                    sent += 1
+                    if is_question and i == len(messages) - 1:
+                        self._turn = TurnRecord(loop.time())
+                        self.log.turns.append(self._turn)
+
+    async def _read(self, ws: Any) -> None:
+        loop = asyncio.get_running_loop()
+        async for message in ws:
+            if '"media"' not in message:
+                continue
+            ulaw = base64.b64decode(json.loads(message)["media"]["payload"])
+            turn = self._turn
+            if turn is None:
+                continue
+            turn.reply_bytes += len(ulaw)
+            if turn.first_loud is None and audioop.max(audioop.ulaw2lin(ulaw, 2), 2) > LOUD_PEAK:
+                turn.first_loud = loop.time()
+
+
+def scripts(n: int, seed: int) -> list[list[tuple[list[str], bool]]]:
+    """Each call's cycle: pause, question, wait for the answer (questions and pauses vary)."""
+    rng = random.Random(seed)
+    questions = [media_messages(question_audio(q)) for q in QUESTIONS]
+    silence = media_messages(b"\xff" * FRAME_BYTES)[0]
+    out = []
+    for i in range(n):
+        cycle: list[tuple[list[str], bool]] = []
+        for k in range(len(QUESTIONS)):
+            pause = [silence] * int(rng.uniform(*PAUSE_S) / FRAME_S)
+            cycle += [
+                (pause, False),
+                (questions[(i + k) % len(QUESTIONS)], True),
+                ([silence] * int(ANSWER_WAIT_S / FRAME_S), False),
+            ]
+        out.append(cycle)
+    return out
+
+
+# ----------------------------------------------------------------------------- one step
+
+
+@dataclass
+class Step:
+    server: str
+    calls: int
+    cpu_per_call_s: float = math.nan
+    cpu_util: float = math.nan
+    p50_s: float = math.nan
+    p95_s: float = math.nan
+    turns: int = 0
+    unanswered: int = 0
+    reply_bytes: list[int] = field(default_factory=list)
+    rss_per_call: float = math.nan
+    rss_base: int = 0
+    failed_calls: int = 0
+    client_late_s: float = 0.0
+    lost_frames: int = 0
+    errors: set[str] = field(default_factory=set)
+
+    @property
+    def calls_per_core(self) -> float:
+        return 1.0 / self.cpu_per_call_s if self.cpu_per_call_s > 0 else math.nan
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+async def measure(
+    kind: str,
+    n: int,
+    peers_port: int,
+    *,
+    window_s: float,
+    ramp_s: float,
+    settle_s: float,
+    profile: str | None,
+    logs_dir: Path,
+) -> Step:
+    """Fresh server pinned to its core; warm-up call; N calls; measure the window."""
+    port = free_port()
+    argv = [sys.executable, str(BENCH), "--serve", kind, str(port)]
+    argv += [str(peers_port), str(SERVER_CORE)]
+    if profile:
+        argv += ["--profile-to", profile]
+    log_file = (logs_dir / f"{kind}-{n}.log").open("wb")
+    proc = subprocess.Popen(  # noqa: ASYNC220 (a quick spawn between measurements)
+        argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT
+    )
+    url = f"ws://127.0.0.1:{port}/telephony/twilio/ws"
+    step = Step(kind, n)
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz", proc)
+        warm = CallLog()
+        now = loop.time()
+        warm_script = scripts(1, seed=99)
+        await Caller(0, warm_script[0], warm).run(url, now, now + 5.0)  # one question
+        await asyncio.sleep(1.0)
+        step.rss_base = rss_bytes(proc.pid)
+
+        logs = [CallLog() for _ in range(n)]
+        t0 = loop.time() + 0.2
+        measure_from = t0 + ramp_s + settle_s
+        measure_to = measure_from + window_s
+        end = measure_to + ANSWER_WAIT_S  # the last measured question gets its answer
+        callers = [Caller(i + 1, s, logs[i]) for i, s in enumerate(scripts(n, seed=n))]
+        tasks = []
+        for i, caller in enumerate(callers):
+            begin = t0 + ramp_s * i / n + FRAME_S * (i % 10) / 10  # spread over the 20 ms too
+            tasks.append(asyncio.create_task(caller.run(url, begin, end)))
+        await asyncio.sleep(max(0.0, measure_from - loop.time()))
+        if profile:
+            os.kill(proc.pid, signal.SIGUSR2)
+        cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
+        await asyncio.sleep(max(0.0, measure_to - loop.time()))
+        cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
+        if profile:
+            os.kill(proc.pid, signal.SIGUSR1)
+        rss = rss_bytes(proc.pid)
+        await asyncio.gather(*tasks)
+
+        step.cpu_util = (cpu1 - cpu0) / (wall1 - wall0)
+        step.cpu_per_call_s = step.cpu_util / n
+        step.rss_per_call = (rss - step.rss_base) / n
+        latencies = []
+        for log in logs:
+            if log.error:
+                step.failed_calls += 1
+                step.errors.add(log.error)
+            step.client_late_s = max(step.client_late_s, log.max_late_s)
+            for turn in log.turns:
+                if not measure_from <= turn.speech_end <= measure_to:
+                    continue
+                step.turns += 1
+                step.reply_bytes.append(turn.reply_bytes)
+                if turn.first_loud is None:
+                    step.unanswered += 1
+                else:
+                    latencies.append(turn.first_loud - turn.speech_end)
+        step.p50_s = statistics.median(latencies) if latencies else math.nan
+        step.p95_s = percentile(latencies, 0.95)
+        return step
+    finally:
+        stop_process(proc)
+        log_file.close()
+
+
+def lost_frames(step: Step, expected_bytes: int) -> int:
+    """20 ms frames of reply audio short of what the N=1 answers carried."""
+    short = sum(max(0, expected_bytes - got) for got in step.reply_bytes)
+    return math.ceil(short / FRAME_BYTES)
+
+
+def broken(step: Step, base: Step) -> str | None:
+    if step.failed_calls:
+        return f"{step.failed_calls} calls failed ({'; '.join(sorted(step.errors))[:200]})"
+    if step.cpu_util >= CPU_BREAK:
+        return f"CPU saturated ({step.cpu_util:.0%})"
+    if step.unanswered:
+        return f"{step.unanswered} turns unanswered"
+    if step.lost_frames:
+        return f"{step.lost_frames} frames lost"
+    if step.p95_s > P95_BREAK_RATIO * base.p95_s:
+        return f"p95 {step.p95_s / base.p95_s:.1f}x N=1"
+    return None
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def fmt_ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1e3:.0f}"
+
+
+def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, took: float) -> str:
+    lines = [
+        "## Capacity: concurrent Twilio calls on one core",
+        "",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPU(s) "
+        f"({platform.machine()}, Python {platform.python_version()}), {took:.0f} s in all. "
+        f"Command: `.venv/bin/python bench/capacity.py{' --quick' if args.quick else ''}`.",
+        f"Server pinned to core {SERVER_CORE}; load client and scripted peers on core "
+        f"{CLIENT_CORE}. Each call: Piper-voice questions (8 kHz μ-law, 20 ms frames, real-time "
+        f"pace), {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.1f} s of silence before and {ANSWER_WAIT_S} s "
+        "after each; each answer is 1 s of tone. "
+        f"Measured over a {args.window:.0f} s window after all calls are up.",
+        "`ours` = `agent.server.create_app` with `pipelines/voice_agent.py` (shared batched "
+        "Silero VAD, Voxtral realtime STT client, LLM, TTS) against instant scripted peers in "
+        "another process. `stock` = Pipecat 1.14's stock Twilio setup: "
+        "FastAPIWebsocketTransport + TwilioFrameSerializer → VADProcessor(SileroVADAnalyzer()) "
+        "per call → canned 1 s reply, pipeline at 8 kHz.",
+        "",
+        "| server | N | CPU-s per call-s | calls/core | server CPU | p50 ms | p95 ms | "
+        "p95 vs N=1 | RAM/call MB | turns | lost frames | unanswered | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, steps in results.items():
+        base = steps[0]
+        for step in steps:
+            ratio = step.p95_s / base.p95_s if base.p95_s else math.nan
+            status = broken(step, base) or "ok"
+            lines.append(
+                f"| {name} | {step.calls} | {step.cpu_per_call_s:.4f} | "
+                f"{step.calls_per_core:.0f} | {step.cpu_util:.0%} | {fmt_ms(step.p50_s)} | "
+                f"{fmt_ms(step.p95_s)} | {ratio:.2f} | {step.rss_per_call / 2**20:.2f} | "
+                f"{step.turns} | {step.lost_frames} | {step.unanswered} | {status} |"
+            )
+    lines += [
+        "",
+        "Plot (`capacity.png`): left p95 turn latency (ms), right server CPU (% of its core), "
+        "both against N; blue = first server listed, orange = second.",
+    ]
+    lines += ["", "### Side by side", ""]
+    lines += summary(results)
+    lines += [""] + [f"- {name}: {note}" for name, note in notes.items()]
+    lines += [
+        "",
+        "CPU-s per call-second = the server process's CPU time over the window / (N x window); "
+        "calls/core = its inverse (it includes the server's fixed idle cost, so it is "
+        "pessimistic at small N). RAM/call = (RSS with N calls - RSS after one warm-up call) "
+        "/ N. Latency = end of the question's speech → first loud `media` frame at the caller. "
+        "Lost frames = 20 ms frames of answer audio short of what each N=1 answer carried. "
+        f"A step is broken when the server's CPU reaches {CPU_BREAK:.0%}, p95 exceeds "
+        f"{P95_BREAK_RATIO:.0f}x N=1, a call fails, or audio or answers go missing; the run "
+        "stops at the first broken step.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def capacity(steps: list[Step]) -> Step | None:
+    """The highest N that held (not broken)."""
+    good = [s for s in steps if broken(s, steps[0]) is None]
+    return good[-1] if good else None
+
+
+def summary(results: dict[str, list[Step]]) -> list[str]:
+    lines = ["| | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+
+    def row(label: str, value: Any) -> None:
+        lines.append(
+            f"| {label} | " + " | ".join(value(steps) for steps in results.values()) + " |"
+        )
+
+    def at_top(steps: list[Step]) -> Step:
+        held = capacity(steps)
+        return held or steps[0]
+
+    def held_n(steps: list[Step]) -> str:
+        held = capacity(steps)
+        return str(held.calls) if held else "none"
+
+    row("highest N that held", held_n)
+    row("CPU-s per call-s there", lambda s: f"{at_top(s).cpu_per_call_s:.4f}")
+    row("calls/core there", lambda s: f"{at_top(s).calls_per_core:.0f}")
+    row("p95 there vs N=1", lambda s: f"{at_top(s).p95_s / s[0].p95_s:.2f}")
+    row("RAM per call there (MB)", lambda s: f"{at_top(s).rss_per_call / 2**20:.2f}")
+    if len(results) == 2:
+        a, b = (at_top(s) for s in results.values())
+        names = list(results)
+        lines.append("")
+        lines.append(
+            f"{names[0]} / {names[1]}: calls per core x{a.calls_per_core / b.calls_per_core:.2f}, "
+            f"RAM per call x{a.rss_per_call / b.rss_per_call:.2f} (each at its highest N held)."
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------- PNG
+
+
+_DIGITS = {
+    "0": "111101101101111",
+    "1": "010110010010111",
+    "2": "111001111100111",
+    "3": "111001111001111",
+    "4": "101101111001001",
+    "5": "111100111001111",
+    "6": "111100111101111",
+    "7": "111001001001001",
+    "8": "111101111101111",
+    "9": "111101111001111",
+    ".": "000000000000010",
+    "%": "101001010100101",
+}
+
+
+def _text(img: np.ndarray, x: int, y: int, text: str, color: tuple[int, int, int]) -> None:
+    for k, ch in enumerate(text):
+        glyph = _DIGITS.get(ch)
+        if glyph is None:
+            continue
+        for i, bit in enumerate(glyph):
+            if bit == "1":
+                r, c = y + 2 * (i // 3), x + k * 8 + 2 * (i % 3)
+                img[r : r + 2, c : c + 2] = color
+
+
+def _line(img: np.ndarray, p: tuple[float, float], q: tuple[float, float], color: Any) -> None:
+    steps = int(max(abs(q[0] - p[0]), abs(q[1] - p[1]))) + 1
+    xs = np.linspace(p[0], q[0], steps).round().astype(int)
+    ys = np.linspace(p[1], q[1], steps).round().astype(int)
+    for dx in (0, 1):
+        for dy in (0, 1):
+            ok = (ys + dy < img.shape[0]) & (xs + dx < img.shape[1]) & (ys >= 0) & (xs >= 0)
+            img[ys[ok] + dy, xs[ok] + dx] = color
+
+
+def write_png(path: Path, results: dict[str, list[Step]]) -> None:
+    """Two panels: p95 turn latency (ms) and server CPU (% of the core) against N.
+
+    Drawn with numpy and written with zlib (no plotting package here): blue = ours,
+    orange = stock; dots mark the measured N; x ticks every 20 calls, y ticks labelled.
+    """
+    import struct
+    import zlib
+
+    colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
+    width, height, pw, ph, left, top = 900, 380, 380, 280, 60, 40
+    img = np.full((height, width, 3), 255, np.uint8)
+    max_n = max(s.calls for steps in results.values() for s in steps)
+    x_max = 20 * math.ceil(max_n / 20)
+    panels = [
+        ("p95", [[(s.calls, s.p95_s * 1e3) for s in steps] for steps in results.values()]),
+        ("cpu", [[(s.calls, s.cpu_util * 100) for s in steps] for steps in results.values()]),
+    ]
+    for k, (kind, series) in enumerate(panels):
+        ox = left + k * (pw + 80)
+        values = [v for pts in series for _, v in pts if not math.isnan(v)]
+        y_max = 100.0 if kind == "cpu" else max([*values, 1.0]) * 1.1
+        y_step = 20.0 if kind == "cpu" else 10 ** math.floor(math.log10(y_max / 2))
+        grid = (225, 225, 225)
+        for gx in range(0, x_max + 1, 20):
+            x = ox + pw * gx / x_max
+            _line(img, (x, top), (x, top + ph), grid)
+            _text(img, int(x) - 6, top + ph + 8, str(gx), (0, 0, 0))
+        gy = 0.0
+        while gy <= y_max:
+            y = top + ph - ph * gy / y_max
+            _line(img, (ox, y), (ox + pw, y), grid)
+            label = f"{gy:.0f}" + ("%" if kind == "cpu" else "")
+            _text(img, ox - 8 * len(label) - 4, int(y) - 5, label, (0, 0, 0))
+            gy += y_step
+        _line(img, (ox, top + ph), (ox + pw, top + ph), (0, 0, 0))
+        _line(img, (ox, top), (ox, top + ph), (0, 0, 0))
+        for color, pts in zip(colors, series, strict=False):
+            xy = [
+                (ox + pw * n / x_max, top + ph - ph * min(v, y_max) / y_max)
+                for n, v in pts
+                if not math.isnan(v)
+            ]
+            for a, b in itertools.pairwise(xy):
+                _line(img, a, b, color)
+            for x, y in xy:
+                img[int(y) - 3 : int(y) + 4, int(x) - 3 : int(x) + 4] = color
+    raw = b"".join(b"\x00" + row.tobytes() for row in img)
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        body = tag + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9))
+    path.write_bytes(png + chunk(b"IEND", b""))
+
+
+# ----------------------------------------------------------------------------- main
+
+
+async def run(args: argparse.Namespace) -> tuple[dict[str, list[Step]], dict[str, str]]:
+    os.sched_setaffinity(0, {CLIENT_CORE})
+    peers_port = free_port()
+    peers = subprocess.Popen(  # noqa: ASYNC220 (before anything is measured)
+        [sys.executable, str(ROOT / "bench" / "capacity_peers.py"), str(peers_port)],
+        cwd=ROOT,
+        preexec_fn=lambda: os.sched_setaffinity(0, {CLIENT_CORE}),
+    )
+    results: dict[str, list[Step]] = {}
+    notes: dict[str, str] = {}
+    try:
+        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{peers_port}/health", peers)
+        with tempfile.TemporaryDirectory(prefix="capacity-") as logs:
+            for kind in args.servers:
+                steps: list[Step] = []
+                for n in args.calls:
+                    profile = (
+                        args.profile if (kind.startswith("ours") and n == args.profile_at) else None
+                    )
+                    step = await measure(
+                        kind,
+                        n,
+                        peers_port,
+                        window_s=args.window,
+                        ramp_s=args.ramp,
+                        settle_s=args.settle,
+                        profile=profile,
+                        logs_dir=Path(logs),
+                    )
+                    steps.append(step)
+                    if step.reply_bytes and steps[0].reply_bytes:
+                        step.lost_frames = lost_frames(
+                            step, int(statistics.median(steps[0].reply_bytes))
+                        )
+                    why = broken(step, steps[0])
+                    print(
+                        f"[{kind}] N={n}: {step.cpu_per_call_s:.4f} CPU-s/call-s "
+                        f"({step.calls_per_core:.0f}/core, server {step.cpu_util:.0%}), "
+                        f"p50 {fmt_ms(step.p50_s)} p95 {fmt_ms(step.p95_s)} ms, "
+                        f"{step.rss_per_call / 2**20:.2f} MB/call, {step.turns} turns, "
+                        f"lost {step.lost_frames}, unanswered {step.unanswered}, "
+                        f"client late max {step.client_late_s * 1e3:.0f} ms"
+                        + (f" -- broken: {why}" if why else ""),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    if why:
+                        notes[kind] = f"broke at N={n}: {why}."
+                        break
+                results[kind] = steps
+    finally:
+        stop_process(peers)
+    return results, notes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="N = 1, 40, 80; short windows")
+    parser.add_argument(
+        "--servers", default="ours,stock", help=f"comma list of {', '.join(SERVERS)}"
+    )
+    parser.add_argument("--calls", help="comma list of N values (default: stepped up to 140)")
+    parser.add_argument("--window", type=float, help="seconds measured per step")
+    parser.add_argument("--profile", help="write a cProfile of `ours` at --profile-at N here")
+    parser.add_argument("--profile-at", type=int, default=0)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-to", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        kind, port, peers_port, core = args.serve
+        serve(kind, int(port), int(peers_port), int(core), args.profile_to)
+        return 0
+    if len(os.sched_getaffinity(0)) < 2:
+        parser.error("needs two cores (one for the server, one for the client)")
+    args.servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+    if any(s not in SERVERS for s in args.servers):
+        parser.error(f"--servers takes a comma list of {', '.join(SERVERS)}")
+    default_calls = QUICK_CALLS if args.quick else FULL_CALLS
+    args.calls = [int(n) for n in args.calls.split(",")] if args.calls else list(default_calls)
+    args.window = args.window or (8.0 if args.quick else 15.0)
+    args.ramp = 2.0 if args.quick else 3.0
+    args.settle = 2.0 if args.quick else 3.0
+    started = time.monotonic()
+    results, notes = asyncio.run(run(args))
+    report = render(results, notes, args, time.monotonic() - started)
+    print(report)
+    if not args.no_write:
+        RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS_MD.write_text(report)
+        write_png(RESULTS_PNG, results)
+        print(f"written to {RESULTS_MD} and {RESULTS_PNG}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
