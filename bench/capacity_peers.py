@@ -1,5 +1,5 @@
-"""Instant STT, LLM and TTS peers for ``bench/capacity.py``, all on one port, in their own
-process, so the bench measures only our server's cost.
+"""Instant STT, LLM and TTS peers for ``bench/capacity.py`` and ``bench/voice_latency.py``, all
+on one port, in their own process, so a bench measures only our server's cost.
 
 - ``WS /v1/realtime``: a realtime STT peer speaking :mod:`agent.stt.protocol`: a delta per
   80 ms of audio while a generation is open, ``transcription.done`` the moment the final
@@ -50,9 +50,9 @@ def tone(rate: int, seconds: float = REPLY_SECONDS) -> bytes:
     return (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
 
 
-def peers_app() -> FastAPI:
+def peers_app(reply_seconds: float = REPLY_SECONDS) -> FastAPI:
     app = FastAPI()
-    speech = tone(TONE_RATE)
+    speech = tone(TONE_RATE, reply_seconds)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

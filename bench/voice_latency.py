@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,20 +64,11 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import uvicorn  # noqa: E402
 import websockets  # noqa: E402
-from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect  # noqa: E402
-from fastapi.responses import Response, StreamingResponse  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from agent.local.supervisor import ChildSpec, Supervisor  # noqa: E402
-from agent.stt.protocol import (  # noqa: E402
-    AudioAppend,
-    Commit,
-    ProtocolError,
-    SessionCreated,
-    TranscriptionDelta,
-    TranscriptionDone,
-    parse_client_event,
-)
+from bench.capacity_peers import TONE_RATE, peers_app  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "voice_latency.md"
 QUESTIONS = (
@@ -86,10 +77,8 @@ QUESTIONS = (
     "what is the weather like in paris today",
     "i would like to book a table for two people",
 )
-SCRIPTED_TRANSCRIPT = "turn on the lights in the kitchen"
-SCRIPTED_ANSWER = ("Sure", ",", " done", ".")
-TONE_RATE = 24_000
 TONE_SECONDS = 0.4
+"""Length of the instant TTS peer's answer."""
 
 FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
 FRAME_S = 0.02
@@ -115,69 +104,7 @@ STAGES = (
 
 def instant_peers_app() -> FastAPI:
     """The ``instant`` configuration's STT, LLM and TTS on one port, all answering at once."""
-    app = FastAPI()
-    t = np.arange(int(TONE_RATE * TONE_SECONDS)) / TONE_RATE
-    tone = (np.sin(2 * np.pi * 440 * t) * 8000).astype("<i2").tobytes()
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.websocket("/v1/realtime")
-    async def realtime(ws: WebSocket) -> None:
-        await ws.accept()
-        await ws.send_text(SessionCreated(id="sess-bench", created=int(time.time())).to_json())
-        appends = 0
-        open_generation = False
-        try:
-            while True:
-                try:
-                    event = parse_client_event(await ws.receive_text())
-                except ProtocolError:
-                    continue
-                if isinstance(event, AudioAppend) and open_generation:
-                    appends += 1
-                    if appends % 4 == 0:  # a delta per 80 ms of audio, as vLLM steps
-                        await ws.send_text(TranscriptionDelta("word ").to_json())
-                elif isinstance(event, Commit) and not event.final:
-                    open_generation, appends = True, 0
-                elif isinstance(event, Commit) and open_generation:
-                    open_generation = False
-                    await ws.send_text(TranscriptionDone(SCRIPTED_TRANSCRIPT).to_json())
-        except WebSocketDisconnect:
-            return
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> StreamingResponse:
-        body = await request.json()
-        return StreamingResponse(
-            _sse_answer(str(body.get("model", ""))), media_type="text/event-stream"
-        )
-
-    @app.post("/v1/audio/speech")
-    async def speech() -> Response:
-        return Response(tone, media_type="audio/pcm")
-
-    return app
-
-
-def _sse_answer(model: str) -> Iterator[str]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        payload = {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-        }
-        return f"data: {json.dumps(payload)}\n\n"
-
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in SCRIPTED_ANSWER:
-        yield chunk({"content": piece})
-    yield chunk({}, "stop")
-    yield "data: [DONE]\n\n"
+    return peers_app(reply_seconds=TONE_SECONDS)
 
 
 def serve_instant_peers(port: int) -> None:
