@@ -90,6 +90,9 @@ SERVERS = ("ours", "stock", "ours16k")
 FULL_CALLS = (1, 10, 20, 40, 60, 80, 100, 120, 140)
 QUICK_CALLS = (1, 40, 80)
 P95_BREAK_RATIO = 2.0
+MIN_CALL_SECONDS = 90.0
+"""A step's window is stretched to at least this many call-seconds (90 s at N=1, ~14 turns),
+so the N=1 p95 that every ratio divides by rests on more than two turns."""
 CPU_BREAK = 0.95
 
 
@@ -222,16 +225,39 @@ def _profile_on_signals(path: str) -> None:
     """cProfile the event loop between SIGUSR2 (start) and SIGUSR1 (stop and write ``path``),
     so only the steady window is profiled."""
     import cProfile
+    import gc
     import signal
 
     profiler = cProfile.Profile()
+    pauses: list[tuple[int, float]] = []
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        elif profiler_on[0]:
+            pauses.append((info["generation"], time.perf_counter() - began[0]))
+
+    profiler_on = [False]
+    gc.callbacks.append(on_gc)
 
     def start(_sig: int, _frame: Any) -> None:
+        profiler_on[0] = True
         profiler.enable()
 
     def stop(_sig: int, _frame: Any) -> None:
         profiler.disable()
+        profiler_on[0] = False
         profiler.dump_stats(path)
+        lines = []
+        for gen in (0, 1, 2):
+            times = [t for g, t in pauses if g == gen]
+            if times:
+                lines.append(
+                    f"gc gen{gen}: {len(times)} collections, {sum(times) * 1e3:.0f} ms in all, "
+                    f"longest {max(times) * 1e3:.1f} ms\n"
+                )
+        Path(path + ".gc.txt").write_text("".join(lines))  # garbage-collector pauses too
 
     signal.signal(signal.SIGUSR2, start)
     signal.signal(signal.SIGUSR1, stop)
@@ -524,6 +550,11 @@ async def measure(
         log_file.close()
 
 
+def window_for(n: int, args: argparse.Namespace) -> float:
+    """Seconds measured at N calls: the window, stretched at low N (``MIN_CALL_SECONDS``)."""
+    return max(float(args.window), args.min_call_s / n)
+
+
 def lost_frames(step: Step, expected_bytes: int) -> int:
     """20 ms frames of reply audio short of what the N=1 answers carried."""
     short = sum(max(0, expected_bytes - got) for got in step.reply_bytes)
@@ -562,7 +593,9 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         f"{CLIENT_CORE}. Each call: Piper-voice questions (8 kHz μ-law, 20 ms frames, real-time "
         f"pace), {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.1f} s of silence before and {ANSWER_WAIT_S} s "
         "after each; each answer is 1 s of tone. "
-        f"Measured over a {args.window:.0f} s window after all calls are up.",
+        f"Measured over a {args.window:.0f} s window after all calls are up (at low N, "
+        f"stretched to {args.min_call_s:.0f} call-seconds, e.g. "
+        f"{window_for(1, args):.0f} s at N=1, so its p95 rests on enough turns).",
         "`ours` = `agent.server.create_app` with `pipelines/voice_agent.py` (shared batched "
         "Silero VAD, Voxtral realtime STT client, LLM, TTS) against instant scripted peers in "
         "another process. `stock` = Pipecat 1.14's stock Twilio setup: "
@@ -768,7 +801,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[Step]], dict[str
                         kind,
                         n,
                         peers_port,
-                        window_s=args.window,
+                        window_s=window_for(n, args),
                         ramp_s=args.ramp,
                         settle_s=args.settle,
                         profile=profile,
@@ -826,6 +859,7 @@ def main(argv: list[str]) -> int:
     default_calls = QUICK_CALLS if args.quick else FULL_CALLS
     args.calls = [int(n) for n in args.calls.split(",")] if args.calls else list(default_calls)
     args.window = args.window or (8.0 if args.quick else 15.0)
+    args.min_call_s = 40.0 if args.quick else MIN_CALL_SECONDS
     args.ramp = 2.0 if args.quick else 3.0
     args.settle = 2.0 if args.quick else 3.0
     started = time.monotonic()

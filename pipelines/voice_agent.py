@@ -21,9 +21,11 @@ at 8 kHz. The server builds the transport, calls :func:`build_voice_agent_task`,
 worker and cancels it when the call ends.
 
 Per-frame cost (``bench/capacity.py``): the STT does not pass caller audio further down the
-pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers share
-one Pipecat observer task (:class:`~agent.transports.ObserverGroup`), RTVI runs only for
-clients that speak it, and Pipecat's turn-tracking observer only when tracing needs it.
+pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers are called
+inline rather than through Pipecat's queue and task per observer
+(:func:`~agent.transports.observe_inline`), Pipecat's idle watch is one timer
+(:class:`~agent.transports.IdleCallWatch`), RTVI runs only for clients that speak it, and
+Pipecat's turn-tracking observer only when tracing needs it.
 
 Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
 quiet; the STT then finalizes the turn and the turn ends once the final transcript is in and
@@ -37,7 +39,7 @@ from __future__ import annotations
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.pipeline.worker import IDLE_TIMEOUT_SECS, PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
@@ -58,7 +60,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.llm import configured_tools, llm_context, llm_from_settings
-from agent.transports import ObserverGroup
+from agent.transports import IdleCallWatch, observe_inline
 from agent.tts import tts_service_from_settings
 from agent.vad import SharedSileroVADAnalyzer
 
@@ -72,11 +74,13 @@ def build_voice_agent_task(
     *,
     call_id: str,
     observers: list[BaseObserver] | None = None,
+    idle_timeout_s: float = IDLE_TIMEOUT_SECS,
 ) -> PipelineWorker:
     """The whole call as a Pipecat worker, ready for ``WorkerRunner.run``.
 
     Each call gets its own STT connection, LLM context, TTS session and VAD state; cancelling
-    the worker releases them all.
+    the worker releases them all, and so does ``idle_timeout_s`` without user or bot speech
+    (Pipecat's idle timeout and default).
 
     Raises:
         agent.llm.tools.UnknownTool: ``llm.tools`` names a tool nobody registered.
@@ -107,7 +111,7 @@ def build_voice_agent_task(
         transport.output(),
         assistant_aggregator,
     ]
-    return PipelineWorker(
+    worker = PipelineWorker(
         Pipeline(stages),
         params=PipelineParams(
             audio_in_sample_rate=sample_rate,
@@ -118,9 +122,11 @@ def build_voice_agent_task(
         enable_rtvi=bool(getattr(transport, "speaks_rtvi", True)),
         enable_tracing=tracing,
         enable_turn_tracking=tracing,
+        idle_timeout_secs=None,  # IdleCallWatch below does the same job more cheaply
         name=f"call-{call_id}",
-        observers=[ObserverGroup(observers)] if observers else [],
     )
+    observe_inline(worker, [*(observers or []), IdleCallWatch(worker, timeout_s=idle_timeout_s)])
+    return worker
 
 
 def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:

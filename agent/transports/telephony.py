@@ -166,9 +166,12 @@ class _TwilioSerializer(TwilioFrameSerializer):
     async def deserialize(self, data: str | bytes) -> Frame | None:
         try:
             message = json.loads(data)
-            event = message.get("event")
-        except (ValueError, AttributeError):
+        except ValueError:
             return await super().deserialize(data)  # logs what it could not read
+        if not isinstance(message, dict):  # valid JSON, but no Twilio message: Pipecat's
+            logger.warning(f"ignoring a media-stream message that is not an object: {data!r:.80}")
+            return None  # serializer would raise on it and end the call
+        event = message.get("event")
         if event == "media":
             payload = (message.get("media") or {}).get("payload")
             if not payload:

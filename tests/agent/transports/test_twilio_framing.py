@@ -1,0 +1,68 @@
+"""The Twilio serializer hands caller audio down the pipeline in ``INPUT_FRAME_MS`` frames."""
+
+from __future__ import annotations
+
+import base64
+import json
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+from pipecat.frames.frames import InputAudioRawFrame
+from pipecat.serializers.base_serializer import FrameSerializer
+
+from agent.config import load_settings
+from agent.transports.telephony import (
+    INPUT_FRAME_MS,
+    TELEPHONY_SAMPLE_RATE,
+    StreamStart,
+    TwilioProvider,
+)
+
+with warnings.catch_warnings():  # μ-law as Twilio speaks it; Python 3.12 still ships audioop
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import audioop
+
+FRAME_BYTES = TELEPHONY_SAMPLE_RATE * 20 // 1000  # one 20 ms Twilio media message
+
+
+def media(ulaw: bytes) -> str:
+    payload = base64.b64encode(ulaw).decode()
+    return json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": payload}})
+
+
+async def serializer(stops: list[int]) -> FrameSerializer:
+    provider = TwilioProvider(load_settings("default"))
+    ser = provider.serializer(StreamStart("MZ1", "CA1"), on_stop=lambda: stops.append(1))
+    # only the input rate matters to it (a FrameProcessorSetup needs a running worker)
+    await ser.setup(SimpleNamespace(audio_in_sample_rate=TELEPHONY_SAMPLE_RATE))  # type: ignore[arg-type]
+    return ser
+
+
+async def test_three_media_messages_make_one_60_ms_frame_with_the_callers_samples() -> None:
+    assert INPUT_FRAME_MS == 60
+    ser = await serializer([])
+    tone = (3000 * np.sin(np.arange(3 * FRAME_BYTES) * 0.3)).astype("<i2").tobytes()
+    ulaw = audioop.lin2ulaw(tone, 2)
+    messages = [ulaw[i : i + FRAME_BYTES] for i in range(0, len(ulaw), FRAME_BYTES)]
+
+    assert await ser.deserialize(media(messages[0])) is None
+    assert await ser.deserialize(media(messages[1])) is None
+    frame = await ser.deserialize(media(messages[2]))
+
+    assert isinstance(frame, InputAudioRawFrame)
+    assert frame.sample_rate == TELEPHONY_SAMPLE_RATE and frame.num_channels == 1
+    assert len(frame.audio) == 2 * 3 * FRAME_BYTES  # 60 ms of PCM16 at 8 kHz
+    assert frame.audio == audioop.ulaw2lin(ulaw, 2)  # the caller's samples, in order
+    # the next frame starts fresh
+    assert await ser.deserialize(media(messages[0])) is None
+
+
+async def test_stop_calls_back_and_garbage_is_dropped() -> None:
+    stops: list[int] = []
+    ser = await serializer(stops)
+    for junk in ("not json", "[1, 2]", json.dumps({"event": "media"}), b"\x00\xff", "{}"):
+        assert await ser.deserialize(junk) is None
+    assert not stops
+    assert await ser.deserialize(json.dumps({"event": "stop", "streamSid": "MZ1"})) is None
+    assert stops == [1]
