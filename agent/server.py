@@ -37,7 +37,7 @@ from agent.health import readiness
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.turn_latency import TurnLatencyObserver
-from agent.transports import TaskFactory, voice_agent_task_factory
+from agent.transports import TaskFactory, build_voice_agent
 from agent.transports.telephony import TelephonyCalls
 from agent.transports.webrtc import WebRTCCalls
 
@@ -49,7 +49,7 @@ def create_app(settings: Settings, *, task_factory: TaskFactory | None = None) -
     registry = CallRegistry(max_calls=settings.server.max_calls)
     metrics = AgentMetrics(calls=registry)
     tracing = setup_tracing(settings.observability)
-    factory = _Observed(task_factory or _LazyVoiceAgent(), metrics=metrics, tracing=tracing)
+    factory = _Observed(task_factory or build_voice_agent, metrics=metrics, tracing=tracing)
     webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
     telephony = TelephonyCalls(settings=settings, registry=registry, task_factory=factory)
 
@@ -103,25 +103,6 @@ def create_app(settings: Settings, *, task_factory: TaskFactory | None = None) -
 
     app.mount("/playground", StaticFiles(directory=PLAYGROUND_DIR), name="playground")
     return app
-
-
-class _LazyVoiceAgent:
-    """Imports ``pipelines.voice_agent`` on the first call, so the app builds without it."""
-
-    def __init__(self) -> None:
-        self._factory: TaskFactory | None = None
-
-    def __call__(
-        self,
-        transport: BaseTransport,
-        settings: Settings,
-        *,
-        call_id: str,
-        observers: list[BaseObserver] | None = None,
-    ) -> PipelineWorker:
-        if self._factory is None:
-            self._factory = voice_agent_task_factory()
-        return self._factory(transport, settings, call_id=call_id, observers=observers)
 
 
 class _Observed:

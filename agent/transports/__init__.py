@@ -57,11 +57,18 @@ class TaskFactory(Protocol):
     ) -> PipelineWorker: ...
 
 
-def voice_agent_task_factory() -> TaskFactory:
-    """The product's pipeline, imported on first use so the server starts without it."""
+def build_voice_agent(
+    transport: BaseTransport,
+    settings: Settings,
+    *,
+    call_id: str,
+    observers: list[BaseObserver] | None = None,
+) -> PipelineWorker:
+    """The product's :class:`TaskFactory`: ``pipelines.voice_agent``, imported on first use
+    (that module imports this one, and the server can start without it)."""
     from pipelines.voice_agent import build_voice_agent_task
 
-    return build_voice_agent_task
+    return build_voice_agent_task(transport, settings, call_id=call_id, observers=observers)
 
 
 async def run_pipeline(task: PipelineWorker) -> None:
