@@ -489,6 +489,12 @@ class VoxtralRealtimeSTTService(STTService):
         if channel is not None:
             await channel.close()
 
+    async def _drop_channel(self) -> None:
+        """Close the open channel: the connection task notices, reconnects and replays the
+        open turn. One path for a failed send, a stalled generation and a rotation."""
+        if self._channel is not None:
+            await self._channel.close()
+
     async def _restart_generation(self, why: str) -> None:
         turn = self._turns[0] if self._turns else None
         if turn is not None:
@@ -497,9 +503,7 @@ class VoxtralRealtimeSTTService(STTService):
                 self._turns.popleft()
                 await self.push_error(f"{self}: giving up on a turn after repeated stalls ({why})")
         logger.warning(f"{self}: restarting the generation: {why}")
-        channel = self._channel
-        if channel is not None:
-            await channel.close()  # reconnect + replay, the same path as a dropped socket
+        await self._drop_channel()
 
     async def _give_up(self, message: str) -> None:
         logger.error(f"{self}: {message}")
@@ -536,7 +540,7 @@ class VoxtralRealtimeSTTService(STTService):
             ):
                 logger.info(f"{self}: rotating the STT connection before its maximum age")
                 self._rotating = True
-                await self._close_channel_for_rotation()
+                await self._drop_channel()
             return
         head = self._turns[0] if self._turns else None
         silent_for = now - self._last_event_at
@@ -561,11 +565,6 @@ class VoxtralRealtimeSTTService(STTService):
                 await self._send(encode_pcm_append(silence(0.1)))
         if head is not None and now - self._generation_started_at > self._max_generation_s:
             await self._split_turn()
-
-    async def _close_channel_for_rotation(self) -> None:
-        channel = self._channel
-        if channel is not None:
-            await channel.close()
 
     async def _split_turn(self) -> None:
         """End a very long turn here and carry on in a fresh generation."""
