@@ -157,6 +157,9 @@ class Supervisor:
                 list(spec.argv),
                 env=env,
                 stdin=subprocess.DEVNULL,
+                # A session of its own: Ctrl-C in a terminal signals the whole foreground
+                # group, and a child that died of it would look like a crash. We stop them.
+                start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         except OSError as exc:

@@ -40,7 +40,13 @@ def alive(pid: int) -> bool:
 
 
 class Serve:
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        own_group: bool = False,
+    ) -> None:
         self.port = free_port()
         self.log = tmp_path / "serve.log"
         self.process = subprocess.Popen(
@@ -49,6 +55,7 @@ class Serve:
             env={**os.environ, **(env or {})},
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
+            start_new_session=own_group,  # like a terminal's foreground job
         )
 
     def text(self) -> str:
@@ -114,6 +121,20 @@ def test_default_profile_starts_children_and_stops_them_on_sigterm(
     assert all(alive(pid) for pid in children.values())
     serve.process.send_signal(signal.SIGTERM)
     assert serve.wait() == 0, serve.text()
+    assert not any(alive(pid) for pid in children.values())
+
+
+@requires_offline_stack
+def test_ctrl_c_in_a_terminal_is_a_clean_shutdown_not_a_child_crash(
+    tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
+) -> None:
+    serve = Serve(tmp_path, env=offline_env, own_group=True)
+    serves.append(serve)
+    serve.wait_healthy()
+    children = serve.child_pids()
+    os.killpg(serve.process.pid, signal.SIGINT)  # what Ctrl-C does: the whole process group
+    assert serve.wait() == 0, serve.text()
+    assert "exited with code" not in serve.text()
     assert not any(alive(pid) for pid in children.values())
 
 
