@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer
 from pipecat.frames.frames import (
+    DataFrame,
     ErrorFrame,
     Frame,
     InputAudioRawFrame,
@@ -47,7 +48,16 @@ class TranscriptEvent:
 
 @dataclass
 class _FlushMarker(SystemFrame):
-    """Queued behind the audio; when it comes out, everything before it was processed."""
+    """Queued behind the audio (system frames too); when it comes out, the service has seen
+    all of it."""
+
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class _EventsMarker(DataFrame):
+    """A data frame: it reaches the end of the pipeline behind every transcript the service
+    pushed before it (system frames may overtake data frames; data frames keep their order)."""
 
     reached: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -62,7 +72,7 @@ class _EventTap(FrameProcessor):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, _FlushMarker):
+        if isinstance(frame, _FlushMarker | _EventsMarker):
             if self._sink:
                 frame.reached.set()
         elif isinstance(frame, TranscriptionFrame):
@@ -159,14 +169,18 @@ class RealtimeTranscriber:
                 await asyncio.sleep(0)  # let the service send while we queue
 
     async def finish(self, timeout: float) -> None:
-        """End the turn in progress and wait until every turn has its final transcript."""
-        marker = _FlushMarker()
-        await self._worker.queue_frame(marker)
+        """End the turn in progress, wait until every turn has its final transcript, and
+        until those transcripts are in :attr:`events`."""
+        audio_seen = _FlushMarker()
+        await self._worker.queue_frame(audio_seen)
         async with asyncio.timeout(timeout):
-            await marker.reached.wait()  # the service has seen all the audio fed so far
+            await audio_seen.reached.wait()  # the service has seen all the audio fed so far
             await self.end_turn()
             while self.service.has_pending_turns:  # noqa: ASYNC110 - state of the service
                 await asyncio.sleep(0.02)
+            events_out = _EventsMarker()
+            await self._worker.queue_frame(events_out)
+            await events_out.reached.wait()
 
     async def next_event(self, timeout: float) -> TranscriptEvent:
         return await asyncio.wait_for(self.events.get(), timeout)

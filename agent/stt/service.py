@@ -367,7 +367,7 @@ class VoxtralRealtimeSTTService(STTService):
         if not self._turns:
             logger.warning(f"{self}: transcription.done with no turn waiting; ignored")
             return
-        turn = self._turns.popleft()
+        turn = self._turns[0]
         text = event.text.strip() or turn.text.strip()
         now = time.monotonic()
         metrics = TurnMetrics(
@@ -379,12 +379,15 @@ class VoxtralRealtimeSTTService(STTService):
             text=text,
             usage=event.usage,
         )
-        await self._after_done()
         if text:
             await self.emit_stt_usage_metrics()
             frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), result=event)
             frame.finalized = True
             await self.push_frame(frame)
+        # Only now is the turn done (``has_pending_turns`` turns False after its transcript
+        # is on its way); then the next waiting turn starts its generation.
+        self._turns.popleft()
+        await self._after_done()
         logger.debug(
             f"{self}: final {text!r} (first delta {metrics.first_delta_s}, "
             f"final after commit {metrics.final_after_commit_s})"

@@ -140,7 +140,8 @@ async def test_the_playground_shows_the_users_words_and_the_bots_reply(
 ) -> None:
     url, app = server
     registry = app.state.registry
-    with tempfile.TemporaryDirectory() as tmp:
+    # Chromium's helper processes may still write to the profile as it exits.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         pcm = speech_at(QUESTION, 48_000)
         silence = bytes(2 * 48_000)
         # Chromium starts the file at getUserMedia, before the call is up: lead with silence.
