@@ -190,3 +190,27 @@ async def test_offline_profile_answers_from_the_transcript_with_piper(
         )
         await asyncio.sleep(2.5)  # let the answer play out before the next turn
     print(f"end of speech → first bot audio: {[f'{x * 1000:.0f} ms' for x in latencies]}")
+
+
+def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
+    """Smart Turn v3 ships inside Pipecat's wheel (no download) and, when switched on,
+    decides the end of the turn instead of the plain speech timeout."""
+    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+    from pipecat.turns.user_stop import (
+        SpeechTimeoutUserTurnStopStrategy,
+        TurnAnalyzerUserTurnStopStrategy,
+    )
+
+    from agent.config import TurnSettings
+    from pipelines.voice_agent import _turn_strategies
+
+    (smart,) = _turn_strategies(TurnSettings(smart_turn=True)).stop
+    assert isinstance(smart, TurnAnalyzerUserTurnStopStrategy)
+    assert isinstance(smart._turn_analyzer, LocalSmartTurnAnalyzerV3)
+    (plain,) = _turn_strategies(TurnSettings()).stop
+    assert isinstance(plain, SpeechTimeoutUserTurnStopStrategy)
+    build_voice_agent_task(  # the whole pipeline builds with it, too
+        LoopbackTransport(),
+        load_settings("default", overrides={"turn": {"smart_turn": True}}),
+        call_id="smart",
+    )
