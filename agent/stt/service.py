@@ -71,7 +71,7 @@ from agent.stt.protocol import (
     encode_pcm_append,
     parse_server_event,
 )
-from agent.stt.turn import PreRoll, Turn, seconds_to_bytes
+from agent.stt.turn import BYTES_PER_SECOND, PreRoll, Turn, seconds_to_bytes
 
 VOXTRAL_MODEL = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 
@@ -158,7 +158,6 @@ class VoxtralRealtimeSTTService(STTService):
             default_settings.apply_update(settings)
         super().__init__(settings=default_settings, ttfs_p99_latency=ttfs_p99_latency, **kwargs)
         self._channel_factory = channel_factory
-        self._preroll_s = preroll_s
         self._chunk_bytes = max(2, seconds_to_bytes(chunk_ms / 1000))
         self._max_turn_bytes = seconds_to_bytes(max_generation_s + 60)
         self._stall_timeout_s = stall_timeout_s
@@ -375,7 +374,7 @@ class VoxtralRealtimeSTTService(STTService):
             if turn.first_delta_at
             else None,
             final_after_commit_s=(now - self._final_sent_at) if self._final_sent_at else None,
-            audio_s=turn.audio_bytes / 32_000,
+            audio_s=turn.audio_bytes / BYTES_PER_SECOND,
             text=text,
             usage=event.usage,
         )
