@@ -2,8 +2,9 @@
 
 ::
 
-    transport.input()                     caller audio, 16 kHz mono
+    transport.input()                     caller audio, 16 kHz mono (phone: 8 kHz)
       → VADProcessor(shared Silero)       VADUserStarted/StoppedSpeakingFrame; one batched model
+                                          (a phone transport runs it inside its input instead)
       → Voxtral realtime STT              interim transcripts, one final per user turn
       → user context aggregator           turn taking; barge-in interrupts the bot
       → LLM turn handler                  OpenAI-compatible chat, or the offline responder
@@ -20,8 +21,10 @@ in the STT) rather than up in the serializer and back down for the answer, and S
 at 8 kHz. The server builds the transport, calls :func:`build_voice_agent_task`, runs the
 worker and cancels it when the call ends.
 
-Per-frame cost (``bench/capacity.py``): the STT does not pass caller audio further down the
-pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers are called
+Per-frame cost (``bench/capacity.py``): a transport whose input can host the VAD
+(:class:`~agent.transports.inline_vad.HostsVAD`: phone calls) runs it there, so caller audio
+crosses one queue on its way to the STT instead of three; the STT does not pass caller audio
+further down the pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers are called
 inline rather than through Pipecat's queue and task per observer
 (:func:`~agent.transports.observe_inline`), Pipecat's idle watch is one timer
 (:class:`~agent.transports.IdleCallWatch`), RTVI runs only for clients that speak it, and
@@ -61,6 +64,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.config import Settings, TurnSettings
 from agent.llm import configured_tools, llm_context, llm_from_settings
 from agent.transports import IdleCallWatch, observe_inline
+from agent.transports.inline_vad import HostsVAD
 from agent.tts import tts_service_from_settings
 from agent.vad import SharedSileroVADAnalyzer
 
@@ -96,14 +100,18 @@ def build_voice_agent_task(
         context,
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
     )
-    vad = VADProcessor(
-        vad_analyzer=SharedSileroVADAnalyzer(
-            params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
-        )
+    vad = SharedSileroVADAnalyzer(
+        params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
     )
+    transport_input = transport.input()
+    if isinstance(transport_input, HostsVAD):
+        transport_input.use_vad(vad)  # no VADProcessor stage: one queue hop less per frame
+        vad_stages: list[FrameProcessor] = []
+    else:
+        vad_stages = [VADProcessor(vad_analyzer=vad)]
     stages: list[FrameProcessor] = [
-        transport.input(),
-        vad,
+        transport_input,
+        *vad_stages,
         stt_service_from_settings(settings.stt, audio_passthrough=turn.smart_turn),
         user_aggregator,
         llm_from_settings(settings.llm),

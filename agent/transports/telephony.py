@@ -32,14 +32,28 @@ from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
 from loguru import logger
 from pipecat.audio.utils import ulaw_to_pcm
-from pipecat.frames.frames import Frame, InputAudioRawFrame
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    StartFrame,
+    VADParamsUpdateFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
-from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams, FastAPIWebsocketTransport
+from pipecat.transports.websocket.fastapi import (
+    FastAPIWebsocketInputTransport,
+    FastAPIWebsocketParams,
+    FastAPIWebsocketTransport,
+)
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.transports import CallLogObserver, TaskFactory, run_pipeline
+from agent.transports.inline_vad import InlineVAD
 
 TELEPHONY_SAMPLE_RATE = 8000
 """The audio rate of a phone call's media stream (8 kHz μ-law)."""
@@ -262,12 +276,81 @@ class TwilioProvider:
 # ---------------------------------------------------------------------------- calls
 
 
+class MediaStreamInputTransport(FastAPIWebsocketInputTransport):
+    """The media stream's input, able to host the call's VAD (:mod:`agent.transports.inline_vad`).
+
+    With a VAD in use, caller audio goes on from the receive task that decoded it, straight
+    into the next stage's queue, and is analysed right after; Pipecat's own audio queue and
+    task are not created. Without one it behaves exactly as Pipecat's input transport.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._vad: InlineVAD | None = None
+
+    def use_vad(self, analyzer: VADAnalyzer) -> None:
+        self._vad = InlineVAD(self, analyzer)
+
+    async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
+        await super().setup(setup)
+        if self._vad:
+            await self._vad.setup(setup)
+
+    async def cleanup(self) -> None:
+        await super().cleanup()
+        if self._vad:
+            await self._vad.cleanup()
+
+    async def start(self, frame: StartFrame) -> None:
+        if self._vad:  # before the receive task starts, so the params precede any audio
+            await self._vad.start()
+        await super().start(frame)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if self._vad is None:
+            return
+        if isinstance(frame, (EndFrame, CancelFrame)):
+            await self._vad.stop()
+        elif isinstance(frame, VADParamsUpdateFrame):
+            await self._vad.process_frame(frame)
+
+    async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
+        if self._vad is None:
+            await super().push_audio_frame(frame)
+            return
+        if not self._params.audio_in_enabled or self._paused:
+            return
+        if self._params.audio_in_filter:
+            frame.audio = await self._params.audio_in_filter.filter(frame.audio)
+            if not frame.audio:
+                return
+        if self._params.audio_in_passthrough:
+            await self.push_frame(frame)
+        await self._vad.process_frame(frame)
+
+    def _create_audio_task(self) -> None:
+        # Pipecat's per-call audio queue and task; push_audio_frame does their job inline.
+        if self._vad is None:
+            super()._create_audio_task()
+
+
 class MediaStreamTransport(FastAPIWebsocketTransport):
     """A phone call's media-stream WebSocket, with what the pipeline should know about it
-    (see :mod:`agent.transports`): its audio is 8 kHz and its client speaks no RTVI."""
+    (see :mod:`agent.transports`): its audio is 8 kHz, its client speaks no RTVI, and its
+    input can host the VAD (:class:`~agent.transports.inline_vad.HostsVAD`)."""
 
     pipeline_sample_rate = TELEPHONY_SAMPLE_RATE
     speaks_rtvi = False
+
+    def __init__(self, websocket: WebSocket, params: FastAPIWebsocketParams) -> None:
+        super().__init__(websocket, params)
+        self._input = MediaStreamInputTransport(
+            self, self._client, self._params, name=self._input_name
+        )
+
+    def input(self) -> MediaStreamInputTransport:
+        return self._input  # type: ignore[return-value]  # set in __init__ above
 
 
 class TelephonyCalls:
