@@ -231,7 +231,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sample-rate", type=int, default=16000, choices=(8000, 16000))
-    parser.add_argument("--max-delay-ms", type=float, default=4.0)
+    parser.add_argument("--max-delay-ms", type=float, default=20.0)
     parser.add_argument("--rss-probe", choices=("stock", "shared"), help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=20, help=argparse.SUPPRESS)
     return parser.parse_args(argv)

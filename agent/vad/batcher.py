@@ -8,19 +8,25 @@ at B >= 8, so batching cuts the model's CPU ~3x; and one session instead of one 
 ~10 MB of RAM per call. Each call keeps only its own recurrent memory (:class:`SileroStream`,
 about 1.3 kB).
 
-How a batch forms (:class:`SileroBatcher`, one per event loop): a call submits a window and
-awaits a future. The first window queued starts a timer of ``max_delay_s`` (default 4 ms);
-when it fires, everything queued by then runs as one inference per sample rate, on the event
-loop, and each future gets its confidence. Waking up costs CPU too (50-150 µs of CPU per
-wake-up on this VM kind), so the batcher waits only while windows arrive more often than
-``max_delay_s`` (a smoothed gap between submissions); at low load it runs at the end of the
-current event-loop pass instead, batching only what arrived together. So the queueing delay
-of a window is bounded by ``max_delay_s`` plus event-loop lag plus the inference of its batch
-(~50 µs per window); a full batch (``max_batch``) runs at once. Nothing waits for any
-particular call: a call that stops sending simply has nothing queued, and a call whose task
-is cancelled leaves a cancelled future that the batch skips. Windows are validated when
-submitted, in the caller's task, so bad input fails only that call; if an inference itself
-fails, only that batch's futures get the error.
+How a batch forms (:class:`SileroBatcher`, one per event loop): a call submits all the whole
+windows of an audio buffer at once and awaits one future. The first submission queued starts a
+timer of ``max_delay_s`` (default 20 ms); when it fires, the first window of every queued call
+runs as one inference per sample rate, then every call's second window, and so on, on the
+event loop; each window's confidence is handed to the call's callback before its next window is
+scored (Silero's analyzer may reset a stream's memory between windows), and each future gets
+its confidences. A run has a fixed cost of ~150 µs beside ~60 µs per window (this VM kind), so
+bigger batches matter: with 60 ms phone frames a 4 ms window gathered ~3 calls per run, 20 ms
+gathers a third of them and cut the server's CPU per call by ~10% at 40 calls
+(``bench/capacity.py``), for at most 20 ms later VAD events. Waking up costs CPU too, so the
+batcher waits only while submissions arrive more often than ``max_delay_s`` (a smoothed gap);
+at low load it runs at the end of the current event-loop pass instead, batching only what
+arrived together, so a lone call never waits. The queueing delay of a submission is bounded by
+``max_delay_s`` plus event-loop lag plus the inference rounds of its flush; a full batch
+(``max_batch`` calls) runs at once. Nothing waits for any particular call: a call that stops
+sending simply has nothing queued, and a call whose task is cancelled still has its windows
+scored (its memory follows the audio it sent, as with Pipecat's executor) but nobody waits for
+them. Windows are validated when submitted, in the caller's task, so bad input fails only that
+call; if an inference itself fails, only the calls in that run get the error.
 
 Inference runs inline on the event loop rather than in a thread: the server is sized at one
 process per core, where a thread adds two wake-ups per hand-off and no capacity (the stock
@@ -158,22 +164,46 @@ class BatcherStats:
     failed_batches: int = 0
 
 
+WindowCallback = Callable[[bytes, np.float32], None]
+"""Called with each window and its confidence as soon as it is scored, before the stream's next
+window is (so it may reset the stream's memory, as Silero's analyzer does between windows)."""
+
+
 class _Queued:
-    __slots__ = ("future", "queued_at", "stream", "window")
+    """Consecutive windows of one stream, scored one per inference round, in order."""
+
+    __slots__ = ("confidences", "failed", "future", "on_window", "queued_at", "stream", "windows")
 
     def __init__(
-        self, stream: SileroStream, window: bytes, future: asyncio.Future[np.float32]
+        self,
+        stream: SileroStream,
+        windows: Sequence[bytes],
+        on_window: WindowCallback | None,
+        future: asyncio.Future[list[np.float32]],
     ) -> None:
         self.stream = stream
-        self.window = window
+        self.windows = windows
+        self.on_window = on_window
         self.future = future
+        self.confidences: list[np.float32] = []
+        self.failed = False
         self.queued_at = time.perf_counter()
+
+    @property
+    def next_window(self) -> bytes | None:
+        """The next window to score; None when all are, or the item failed. A cancelled
+        caller's windows are still scored, as Pipecat's executor would still run them."""
+        done = len(self.confidences)
+        return self.windows[done] if done < len(self.windows) and not self.failed else None
 
 
 class SileroBatcher:
     """Collects windows from many calls on one event loop and scores them in batches.
 
-    ``on_delay`` (optional) is called with each window's queueing delay in seconds (submit to
+    A call submits all the whole windows of an audio buffer at once
+    (:meth:`score_windows`) and awaits one result; a flush scores the first window of every
+    queued call in one inference, then the second windows, and so on. ``on_delay``
+    (optional) is called with each submission's queueing delay in seconds (submit to
     result), for benchmarks and histograms.
     """
 
@@ -181,7 +211,7 @@ class SileroBatcher:
         self,
         *,
         session: onnxruntime.InferenceSession | None = None,
-        max_delay_s: float = 0.004,
+        max_delay_s: float = 0.020,
         max_batch: int = 256,
         on_delay: Callable[[float], None] | None = None,
     ) -> None:
@@ -194,7 +224,7 @@ class SileroBatcher:
         self._queued: dict[int, list[_Queued]] = {}
         self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
         self._last_queued_at = 0.0
-        self._mean_gap_s = 1.0  # between windows queued, smoothed: decides whether to wait
+        self._mean_gap_s = 1.0  # between submissions, smoothed: decides whether to wait
         self.stats = BatcherStats()
 
     @property
@@ -208,18 +238,37 @@ class SileroBatcher:
 
         Raises ``ValueError`` for a window of the wrong size or rate; nothing is queued then.
         """
-        check_window(window, sample_rate)
+        return (await self.score_windows(stream, [window], sample_rate))[0]
+
+    async def score_windows(
+        self,
+        stream: SileroStream,
+        windows: Sequence[bytes],
+        sample_rate: int,
+        on_window: WindowCallback | None = None,
+    ) -> list[np.float32]:
+        """The confidences of consecutive ``windows`` of one stream, scored in order.
+
+        ``on_window`` sees each window's confidence before the next window is scored. If it
+        raises, or an inference fails, the call gets that error and its remaining windows are
+        not scored. Raises ``ValueError`` for a window of the wrong size or rate; nothing is
+        queued then.
+        """
+        for window in windows:
+            check_window(window, sample_rate)
+        if not windows:
+            return []
         loop = asyncio.get_running_loop()
-        item = _Queued(stream, window, loop.create_future())
+        item = _Queued(stream, windows, on_window, loop.create_future())
         queue = self._queued.setdefault(sample_rate, [])
         queue.append(item)
         if len(queue) >= self._max_batch:
             del self._queued[sample_rate]
-            self._run(sample_rate, queue)
+            self._score(sample_rate, queue)
         elif self._timer is None:
             if self._max_delay_s > self._mean_gap_s:
                 self._timer = loop.call_later(self._max_delay_s, self._flush)
-            else:  # no other window expected in time: don't pay a wake-up to wait for none
+            else:  # no other call expected in time: don't pay a wake-up to wait for none
                 self._timer = loop.call_soon(self._flush)
         gap = item.queued_at - self._last_queued_at
         self._mean_gap_s += _GAP_SMOOTHING * (min(gap, 1.0) - self._mean_gap_s)
@@ -230,48 +279,68 @@ class SileroBatcher:
         self._timer = None
         queued, self._queued = self._queued, {}
         for sample_rate, items in queued.items():
-            for start in range(0, len(items), self._max_batch):
-                self._run(sample_rate, items[start : start + self._max_batch])
+            self._score(sample_rate, items)
 
-    def _run(self, sample_rate: int, items: list[_Queued]) -> None:
-        """Score one batch; a stream queued twice (its caller was cancelled and came back)
-        keeps its later window for the next batch, so its windows stay in order."""
-        batch: list[_Queued] = []
+    def _score(self, sample_rate: int, items: list[_Queued]) -> None:
+        """Score the queued calls' windows in rounds of one window per stream.
+
+        A stream queued twice (its caller was cancelled and came back) keeps its later
+        submission for the next flush, so its windows stay in order.
+        """
+        active: list[_Queued] = []
         seen: set[int] = set()
         for item in items:
             if id(item.stream) in seen:
                 self._requeue(sample_rate, item)
             else:
                 seen.add(id(item.stream))
-                batch.append(item)
+                active.append(item)
+        while active:
+            for start in range(0, len(active), self._max_batch):
+                self._run_round(sample_rate, active[start : start + self._max_batch])
+            active = [item for item in active if item.next_window is not None]
+        if self._on_delay is not None:
+            now = time.perf_counter()
+            for item in items:
+                if item.future.done() and not item.future.cancelled():
+                    self._on_delay(now - item.queued_at)
+
+    def _run_round(self, sample_rate: int, items: list[_Queued]) -> None:
+        """One inference: the next window of each item (a cancelled caller's stream is still
+        advanced, so its memory matches the audio it sent)."""
+        windows = [item.windows[len(item.confidences)] for item in items]
         try:
-            confidences = infer(
-                self.session,
-                sample_rate,
-                [item.stream for item in batch],
-                [item.window for item in batch],
-            )
+            confidences = infer(self.session, sample_rate, [item.stream for item in items], windows)
         except Exception as exc:
             self.stats.failed_batches += 1
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            for item in items:
+                _fail(item, exc)
             return
-        now = time.perf_counter()
         stats = self.stats
         stats.batches += 1
-        stats.windows += len(batch)
-        stats.largest_batch = max(stats.largest_batch, len(batch))
-        for item, confidence in zip(batch, confidences, strict=True):
-            if not item.future.done():  # a cancelled caller still had its memory advanced
-                item.future.set_result(confidence)
-            if self._on_delay is not None:
-                self._on_delay(now - item.queued_at)
+        stats.windows += len(items)
+        stats.largest_batch = max(stats.largest_batch, len(items))
+        for item, window, confidence in zip(items, windows, confidences, strict=True):
+            item.confidences.append(confidence)
+            if item.on_window is not None:
+                try:
+                    item.on_window(window, confidence)
+                except Exception as exc:
+                    _fail(item, exc)
+                    continue
+            if len(item.confidences) == len(item.windows) and not item.future.done():
+                item.future.set_result(item.confidences)
 
     def _requeue(self, sample_rate: int, item: _Queued) -> None:
         self._queued.setdefault(sample_rate, []).append(item)
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_soon(self._flush)
+
+
+def _fail(item: _Queued, exc: Exception) -> None:
+    item.failed = True
+    if not item.future.done():
+        item.future.set_exception(exc)
 
 
 _batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SileroBatcher] = (

@@ -11,8 +11,9 @@ uses is the coroutine ``VADAnalyzer.analyze_audio``, which hands the whole buffe
 synchronous ``_run_analyzer`` on a one-thread executor *per analyzer*, and that loop calls
 the synchronous ``voice_confidence`` once per window. A synchronous confidence cannot wait for
 other calls' windows without parking a thread per call, so this class overrides
-``analyze_audio`` itself: it cuts windows on the event loop, awaits each window's confidence
-from the batcher, and runs the same state machine as ``_run_analyzer`` (per window: count
+``analyze_audio`` itself: it cuts the buffer into windows on the event loop, hands them all to
+the batcher at once (one await per buffer), and as each window is scored runs the same state
+machine as ``_run_analyzer`` (per window: count
 speaking/non-speaking windows; per buffer: promote STARTING/STOPPING once the counts reach
 ``start_secs``/``stop_secs``) and the same model-reset rule as ``SileroVADAnalyzer`` (every
 ~2 s of audio, only when quiet after 5 windows under 0.1). The equivalence test compares the
@@ -108,40 +109,46 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         async with self._lock:
             data = self._vad_buffer + buffer
             size = self._vad_frames_num_bytes
-            if len(data) < size:
-                self._vad_buffer = data
+            count = len(data) // size
+            self._vad_buffer = data[count * size :]
+            if count == 0:
                 return self._vad_state
-            offset = 0
+            windows = [data[i * size : (i + 1) * size] for i in range(count)]
+            if self._batcher is None:
+                self._batcher = shared_batcher()
+            scored = 0
+
+            def advance(window: bytes, confidence: np.float32) -> None:
+                nonlocal scored
+                scored += 1
+                self._advance(window, confidence)
+
             try:
-                while len(data) - offset >= size:
-                    window = data[offset : offset + size]
-                    offset += size
-                    confidence = await self._confidence(window)
-                    self._prev_volume = self._get_smoothed_volume(window)
-                    self._step(
-                        bool(confidence >= self._params.confidence)
-                        and self._prev_volume >= self._params.min_volume
-                    )
-            finally:
-                self._vad_buffer = data[offset:]
+                await self._batcher.score_windows(
+                    self._stream, windows, self.sample_rate, on_window=advance
+                )
+            except Exception as exc:
+                logger.error(f"Error analyzing audio with shared Silero VAD: {exc}")
+                for window in windows[scored:]:  # as Pipecat does when its model fails
+                    self._advance(window, np.float32(0.0), reset_check=False)
             self._settle()
             return self._vad_state
 
-    async def _confidence(self, window: bytes) -> np.float32:
-        """The window's confidence from the batcher, then the model-reset rule.
+    def _advance(self, window: bytes, confidence: np.float32, *, reset_check: bool = True) -> None:
+        """One window through the state machine, the moment its confidence is known.
 
-        Kept as a float32 scalar: Pipecat compares its float32 output with the threshold in
+        Runs inside the batcher's flush, before this call's next window is scored, so a model
+        reset applies to exactly the windows it would with Pipecat's analyzer. The confidence
+        stays a float32 scalar: Pipecat compares its float32 output with the threshold in
         float32, and so must we to decide identically at the boundary.
         """
-        if self._batcher is None:
-            self._batcher = shared_batcher()
-        try:
-            confidence = await self._batcher.score(self._stream, window, self.sample_rate)
-        except Exception as exc:
-            logger.error(f"Error analyzing audio with shared Silero VAD: {exc}")
-            return np.float32(0.0)
-        self._maybe_reset_model(float(confidence))
-        return confidence
+        if reset_check:
+            self._maybe_reset_model(float(confidence))
+        self._prev_volume = self._get_smoothed_volume(window)
+        self._step(
+            bool(confidence >= self._params.confidence)
+            and self._prev_volume >= self._params.min_volume
+        )
 
     def _maybe_reset_model(self, confidence: float) -> None:
         """Reset this call's model memory when due and clearly quiet (as Silero's analyzer)."""

@@ -83,10 +83,9 @@ class SharedRecorder(SharedSileroVADAnalyzer):
         self.confidences: list[float] = []
         self.resets = 0
 
-    async def _confidence(self, window: bytes) -> np.float32:
-        confidence = await super()._confidence(window)
+    def _advance(self, window: bytes, confidence: np.float32, *, reset_check: bool = True) -> None:
         self.confidences.append(float(confidence))
-        return confidence
+        super()._advance(window, confidence, reset_check=reset_check)
 
     def _maybe_reset_model(self, confidence: float) -> None:
         super()._maybe_reset_model(confidence)
@@ -218,6 +217,44 @@ async def test_two_windows_of_one_stream_queued_together_are_scored_in_order() -
     scores = await asyncio.gather(*(batcher.score(stream, w, 16000) for w in windows))
     assert [float(s) for s in scores] == sequential_scores(windows)
     assert batcher.stats.batches == 3
+
+
+async def test_a_buffer_of_windows_is_scored_in_rounds_shared_with_other_calls() -> None:
+    batcher = SileroBatcher()
+    pcm = conversation(16000, gaps=(0.1,))
+    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(5)]
+    seen: list[tuple[str, float]] = []
+    three, two = await asyncio.gather(
+        batcher.score_windows(
+            SileroStream(), windows[:3], 16000, on_window=lambda w, c: seen.append(("a", c))
+        ),
+        batcher.score_windows(
+            SileroStream(), windows[3:], 16000, on_window=lambda w, c: seen.append(("b", c))
+        ),
+    )
+    assert [float(c) for c in three] == sequential_scores(windows[:3])
+    assert [float(c) for c in two] == sequential_scores(windows[3:])
+    # One inference per round: (a1, b1), (a2, b2), (a3); each window reported as it is scored.
+    assert (batcher.stats.batches, batcher.stats.windows, batcher.stats.largest_batch) == (3, 5, 2)
+    assert [name for name, _ in seen] == ["a", "b", "a", "b", "a"]
+
+
+async def test_a_failing_window_callback_fails_only_its_own_call() -> None:
+    batcher = SileroBatcher()
+    pcm = conversation(16000, gaps=(0.1,))
+    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(2)]
+
+    def explode(window: bytes, confidence: np.float32) -> None:
+        raise RuntimeError("callback failed")
+
+    bad, good = await asyncio.gather(
+        batcher.score_windows(SileroStream(), windows, 16000, on_window=explode),
+        batcher.score_windows(SileroStream(), windows, 16000),
+        return_exceptions=True,
+    )
+    assert isinstance(bad, RuntimeError)
+    assert [float(c) for c in good] == sequential_scores(windows)  # type: ignore[union-attr]
+    assert batcher.stats.windows == 3  # the failed call's second window was never scored
 
 
 def test_synchronous_voice_confidence_matches_stock() -> None:
