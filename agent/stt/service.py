@@ -240,12 +240,18 @@ class VoxtralRealtimeSTTService(STTService):
         await super().process_audio_frame(frame, direction)
 
     async def run_stt(self, audio: bytes):  # type: ignore[override]
-        """Send (or buffer) one pipeline frame; transcripts arrive from the receive task."""
-        pcm = self._converter.convert(
-            audio, self._input_rate or self.sample_rate, self._input_channels
-        )
-        if pcm:
-            await self._hear(pcm)
+        """Send (or buffer) one pipeline frame; transcripts arrive from the receive task.
+
+        Between turns the frame only joins the pre-roll, as it came: it is resampled only if
+        a turn starts while it is still there.
+        """
+        rate, channels = self._input_rate or self.sample_rate, self._input_channels
+        if not self._speaking:
+            self._preroll.hear(audio, rate, channels)
+        else:
+            pcm = self._converter.convert(audio, rate, channels)
+            if pcm:
+                await self._hear(pcm)
         yield None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -258,9 +264,7 @@ class VoxtralRealtimeSTTService(STTService):
     # ------------------------------------------------------------------ turns
 
     async def _hear(self, pcm: bytes) -> None:
-        if not self._speaking:
-            self._preroll.hear(pcm)
-            return
+        """16 kHz audio of the current turn."""
         turn = self._turns[-1]
         chunk = turn.hear(pcm)
         if turn is self._turns[0] and self._channel is not None:
@@ -275,9 +279,10 @@ class VoxtralRealtimeSTTService(STTService):
             return
         self._speaking = True
         turn = Turn(chunk_bytes=self._chunk_bytes, max_bytes=self._max_turn_bytes)
-        seed = self._preroll.take()
-        if seed:
-            turn.hear(seed)
+        preroll = self._preroll
+        seed = preroll.take()
+        if seed:  # the turn's resampler starts here, warmed up by the pre-roll
+            turn.hear(self._converter.convert(seed, preroll.sample_rate, preroll.channels))
         self._turns.append(turn)
         if len(self._turns) == 1 and self._channel is not None:
             await self._begin_generation(turn)

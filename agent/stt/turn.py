@@ -1,9 +1,11 @@
 """Audio bookkeeping for one caller, free of any I/O so it can be tested alone.
 
-All audio here is 16 kHz mono PCM16.
+Audio here is 16 kHz mono PCM16, except in the pre-roll.
 
 - :class:`PreRoll` keeps the last ``preroll_s`` of audio heard while nobody was speaking, so
-  the syllable that made the VAD fire is not lost.
+  the syllable that made the VAD fire is not lost. It keeps that audio as it arrived (any rate
+  or channel count): most of a call's idle audio is never sent, so it is only resampled
+  when a turn starts.
 - :class:`Turn` is one user turn: every byte sent for it (kept until ``transcription.done``
   proves it arrived, so a dropped connection can be replayed and no word is lost) and the
   outbox that batches audio into ``chunk_bytes`` sends.
@@ -24,14 +26,25 @@ def seconds_to_bytes(seconds: float) -> int:
 
 
 class PreRoll:
-    """A ring of the newest ``preroll_s`` of idle audio."""
+    """A ring of the newest ``preroll_s`` of idle audio, in the format it arrived in.
+
+    A change of format (sample rate or channels) starts the ring afresh.
+    """
 
     def __init__(self, preroll_s: float) -> None:
+        self.preroll_s = preroll_s
+        self.sample_rate = 16_000
+        self.channels = 1
         self.capacity = seconds_to_bytes(preroll_s)
         self._chunks: deque[bytes] = deque()
         self._size = 0
 
-    def hear(self, pcm: bytes) -> None:
+    def hear(self, pcm: bytes, sample_rate: int = 16_000, channels: int = 1) -> None:
+        if (sample_rate, channels) != (self.sample_rate, self.channels):
+            self.take()
+            self.sample_rate, self.channels = sample_rate, channels
+            frame_bytes = 2 * channels
+            self.capacity = int(self.preroll_s * sample_rate) * frame_bytes
         if self.capacity == 0 or not pcm:
             return
         self._chunks.append(pcm)

@@ -76,6 +76,31 @@ async def test_preroll_carries_the_audio_heard_just_before_the_vad_fired() -> No
         assert peer.violations == []
 
 
+async def test_idle_phone_audio_is_kept_as_it_came_and_resampled_only_when_a_turn_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent.audio import StreamConverter
+
+    resampled: list[int] = []
+    convert = StreamConverter.convert
+
+    def counting_convert(self: StreamConverter, pcm: bytes, rate: int, channels: int = 1) -> bytes:
+        resampled.append(len(pcm))
+        return convert(self, pcm, rate, channels)
+
+    monkeypatch.setattr(StreamConverter, "convert", counting_convert)
+    async with StrictPeer(model=MODEL) as peer:
+        async with SttHarness(make_service(peer.url, preroll_s=0.3), sample_rate=8_000) as h:
+            await h.frames(tone(2.0, 8_000, freq=200))  # idle: only its last 0.3 s is kept
+            assert resampled == []
+            await h.say(tone(0.5, 8_000))
+            final = await h.final()
+        # The pre-roll (0.3 s at 8 kHz) went through the resampler once, at the turn's start.
+        assert resampled[0] == int(0.3 * 8_000) * 2
+        assert 0.97 * 0.8 * 16_000 <= int(final.text) <= 1.01 * 0.8 * 16_000
+        assert peer.violations == []
+
+
 async def test_a_turn_without_audio_sends_no_commit_at_all() -> None:
     async with StrictPeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
