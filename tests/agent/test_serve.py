@@ -171,3 +171,15 @@ def test_bad_profile_is_a_config_error(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "unknown profile 'nope'" in result.stderr
+
+
+def test_the_server_runs_on_uvloop_as_the_capacity_bench_measures_it() -> None:
+    from agent.serve import event_loop_factory
+
+    factory = event_loop_factory()
+    assert factory is not None, "uvloop is missing: install uvicorn[standard]"
+    loop = factory()
+    try:
+        assert type(loop).__module__.startswith("uvloop")
+    finally:
+        loop.close()
