@@ -34,6 +34,7 @@ from pipecat.transports.base_transport import BaseTransport
 from agent.calls import CallRegistry
 from agent.config import Settings
 from agent.health import readiness
+from agent.llm.clients import close_shared_clients
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.turn_latency import TurnLatencyObserver
@@ -60,6 +61,7 @@ def create_app(settings: Settings, *, task_factory: TaskFactory | None = None) -
         finally:
             await registry.shutdown()
             await webrtc.close()
+            await close_shared_clients()
             if tracing is not None:
                 tracing.shutdown()
 

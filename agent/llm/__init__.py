@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openai import NOT_GIVEN
+from openai import NOT_GIVEN, AsyncOpenAI
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -24,6 +24,7 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.config import LLMSettings
+from agent.llm.clients import shared_openai_client
 from agent.llm.offline_responder import OfflineResponder
 from agent.llm.tools import tools_named
 
@@ -37,9 +38,27 @@ __all__ = [
 
 
 class OpenAICompatibleLLMService(OpenAILLMService):
-    """Pipecat's OpenAI chat service, made safe for self-hosted OpenAI-compatible servers."""
+    """Pipecat's OpenAI chat service, made safe for self-hosted OpenAI-compatible servers,
+    with one client per server shared by all calls (:mod:`agent.llm.clients`)."""
 
     supports_developer_role = False
+
+    def create_client(  # type: ignore[override]
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        organization: str | None = None,
+        project: str | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncOpenAI:
+        return shared_openai_client(
+            api_key=api_key,
+            base_url=base_url,
+            organization=organization,
+            project=project,
+            default_headers=default_headers,
+        )
 
 
 def configured_tools(settings: LLMSettings) -> list[FunctionSchema]:
