@@ -85,6 +85,10 @@ SPEECH_PEAK = 500
 PAUSE_S = (1.0, 2.5)
 """Silence before each question, drawn uniformly: the caller waits for the answer."""
 ANSWER_WAIT_S = 2.6
+PHASE_SPREAD_S = 6.0
+"""Each call first stays silent for a random 0 to this many seconds (about one question's
+cycle), so calls are at independent points of their conversations, as real calls are; with
+only the 3 s connect ramp, every call's first two turns fell within ~2 s of each other."""
 """Silence after each question: the 1 s answer arrives and ends within it."""
 SERVERS = ("ours", "stock", "ours16k")
 P95_TARGET_RATIO = 1.2
@@ -337,6 +341,10 @@ def media_messages(ulaw: bytes) -> list[str]:
     return out
 
 
+SILENCE_MESSAGE = media_messages(b"\xff" * FRAME_BYTES)[0]
+"""20 ms of μ-law silence."""
+
+
 @dataclass
 class TurnRecord:
     speech_end: float
@@ -354,9 +362,16 @@ class CallLog:
 class Caller:
     """One Twilio call: sends its script at real-time pace, records what comes back."""
 
-    def __init__(self, index: int, script: list[tuple[list[str], bool]], log: CallLog) -> None:
+    def __init__(
+        self,
+        index: int,
+        script: list[tuple[list[str], bool]],
+        log: CallLog,
+        lead_in_s: float = 0.0,
+    ) -> None:
         self.index = index
         self.script = script  # (messages, is_question) in order, cycled
+        self.lead_in = [SILENCE_MESSAGE] * int(lead_in_s / FRAME_S)  # once, before the cycle
         self.log = log
         self._turn: TurnRecord | None = None
 
@@ -391,8 +406,9 @@ class Caller:
     async def _send(self, ws: Any, begin: float, end: float) -> None:
         loop = asyncio.get_running_loop()
         sent = 0
+        first = [(self.lead_in, False)] if self.lead_in else []
         while True:
-            for messages, is_question in self.script:
+            for messages, is_question in first + self.script:
                 for i, message in enumerate(messages):
                     due = begin + sent * FRAME_S
                     now = loop.time()
@@ -407,6 +423,7 @@ class Caller:
                     if is_question and i == len(messages) - 1:
                         self._turn = TurnRecord(loop.time())
                         self.log.turns.append(self._turn)
+            first = []
 
     async def _read(self, ws: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -426,7 +443,7 @@ def scripts(n: int, seed: int) -> list[list[tuple[list[str], bool]]]:
     """Each call's cycle: pause, question, wait for the answer (questions and pauses vary)."""
     rng = random.Random(seed)
     questions = [media_messages(question_audio(q)) for q in QUESTIONS]
-    silence = media_messages(b"\xff" * FRAME_BYTES)[0]
+    silence = SILENCE_MESSAGE
     out = []
     for i in range(n):
         cycle: list[tuple[list[str], bool]] = []
@@ -512,7 +529,11 @@ async def measure(
         measure_from = t0 + ramp_s + settle_s
         measure_to = measure_from + window_s
         end = measure_to + ANSWER_WAIT_S  # the last measured question gets its answer
-        callers = [Caller(i + 1, s, logs[i]) for i, s in enumerate(scripts(n, seed=n))]
+        phases = random.Random(n)
+        callers = [
+            Caller(i + 1, s, logs[i], lead_in_s=phases.uniform(0, PHASE_SPREAD_S))
+            for i, s in enumerate(scripts(n, seed=n))
+        ]
         tasks = []
         for i, caller in enumerate(callers):
             begin = t0 + ramp_s * i / n + FRAME_S * (i % 10) / 10  # spread over the 20 ms too
@@ -596,7 +617,9 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         f"Server pinned to core {SERVER_CORE}; load client and scripted peers on core "
         f"{CLIENT_CORE}. Each call: Piper-voice questions (8 kHz μ-law, 20 ms frames, real-time "
         f"pace), {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.1f} s of silence before and {ANSWER_WAIT_S} s "
-        "after each; each answer is 1 s of tone. "
+        "after each, starting after a random 0-"
+        f"{PHASE_SPREAD_S:.0f} s lead-in so the calls are out of step; each answer is 1 s "
+        "of tone. "
         f"Measured over a {args.window:.0f} s window after all calls are up (at low N, "
         f"stretched to {args.min_call_s:.0f} call-seconds, e.g. "
         f"{window_for(1, args):.0f} s at N=1, so its p95 rests on enough turns).",
@@ -826,7 +849,9 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, list[Step]], dict[str
     notes: dict[str, str] = {}
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{peers_port}/health", peers)
-        with tempfile.TemporaryDirectory(prefix="capacity-") as logs:
+        with contextlib.ExitStack() as stack:
+            logs = args.logs or stack.enter_context(tempfile.TemporaryDirectory(prefix="capacity-"))
+            os.makedirs(logs, exist_ok=True)
             for kind in args.servers:
                 steps: list[Step] = []
                 for n in args.calls:
@@ -880,6 +905,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", help="write a cProfile of `ours` at --profile-at N here")
     parser.add_argument("--profile-at", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--logs", help="keep each server's log here (KIND-N.log: one turn_latency line per turn)"
+    )
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
