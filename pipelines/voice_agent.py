@@ -24,8 +24,8 @@ worker and cancels it when the call ends.
 Per-frame cost (``bench/capacity.py``): a transport whose input can host the VAD
 (:class:`~agent.transports.inline_vad.HostsVAD`: phone calls) runs it there, so caller audio
 crosses one queue on its way to the STT instead of three; the STT does not pass caller audio
-further down the pipeline (nothing after it uses audio unless Smart Turn is on), the call's observers are called
-inline rather than through Pipecat's queue and task per observer
+further down the pipeline (nothing after it uses audio unless Smart Turn is on), the call's
+observers are called inline rather than through Pipecat's queue and task per observer
 (:func:`~agent.transports.observe_inline`), Pipecat's idle watch is one timer
 (:class:`~agent.transports.IdleCallWatch`), RTVI runs only for clients that speak it, and
 Pipecat's turn-tracking observer only when tracing needs it.
