@@ -463,5 +463,5 @@ async def _close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
         return
     try:
         await websocket.close(code=code, reason=reason)
-    except (RuntimeError, OSError):
-        pass
+    except (RuntimeError, OSError, WebSocketDisconnect):
+        pass  # the caller hung up first: nothing left to close

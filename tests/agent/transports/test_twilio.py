@@ -184,3 +184,30 @@ async def test_a_caller_that_vanishes_mid_sentence_releases_everything(
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
     assert server_tasks(app) == []
     await asyncio.wait_for(caller.closed.wait(), 5)
+
+
+async def test_a_caller_that_sends_stop_and_hangs_up_at_once_ends_cleanly(
+    server: tuple[str, FastAPI],
+) -> None:
+    """Twilio may close the socket right after ``stop``: that is a normal end, not an error."""
+    from loguru import logger
+
+    url, app = server
+    registry = app.state.registry
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR")
+    try:
+        ended = registry.stats.ended
+        ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
+        async with websockets.connect(ws_url) as ws:
+            caller = TwilioCaller(ws)
+            await caller.start()
+            await caller.silence(0.5)
+            await ws.send(
+                json.dumps({"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": "CA0001"}})
+            )
+        await async_wait_for(lambda: registry.stats.ended == ended + 1, timeout_s=10, what="end")
+        assert server_tasks(app) == []
+    finally:
+        logger.remove(sink)
+    assert errors == []
