@@ -21,10 +21,11 @@ class ChatServer:
 
     First request that advertises tools: the model calls ``get_current_time`` for
     Europe/Paris. Once a ``tool`` message is in the conversation: a text answer quoting the
-    tool's result. Without tools: a fixed short answer.
+    tool's result. Without tools: ``answer``, streamed a word at a time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, answer: str = "Hello from the chat server.") -> None:
+        self.answer = answer
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         app = FastAPI()
@@ -54,7 +55,7 @@ class ChatServer:
         elif body.get("tools"):
             yield from _tool_call(model)
         else:
-            yield from _text(model, "Hello from the chat server.".split(" "))
+            yield from _text(model, self.answer.split(" "))
         yield "data: [DONE]\n\n"
 
 

@@ -158,6 +158,46 @@ async def test_llm_path_with_a_tool_call_over_real_http(
     assert any("Europe/Paris" in text for text in spoken)
 
 
+NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+@requires_espeak
+async def test_barge_in_leaves_only_the_spoken_part_of_the_answer_in_the_context(
+    asr_server_url: str, asr_model_name: str, speech_server: SpeechServer
+) -> None:
+    """The caller talks over a long answer: the next request to the LLM carries the sentences
+    the caller heard, not the ones the LLM wrote but nobody played."""
+    chat = ChatServer(answer=" ".join(f"Sentence {n} is here." for n in NUMBERS))
+    try:
+        settings = settings_for(
+            asr_server_url,
+            asr_model_name,
+            llm={"base_url": chat.base_url, "model": "test-model"},
+            tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
+        )
+        call = await start_call_fixture(settings)  # each sentence plays as 0.5 s of tone
+        spoken_at = await call.say("what is the weather like in paris today")
+        output = call.transport.output()
+        await call.wait_for(lambda: len(output.voiced_since(spoken_at)) > 0)
+        await asyncio.sleep(0.8)  # one or two sentences played, the rest still to come
+        await call.say("please call me back tomorrow morning")
+        await call.wait_for(lambda: len(chat.requests) >= 2)
+
+        answer = [m for m in chat.requests[1]["messages"] if m["role"] == "assistant"]
+        assert len(answer) == 1
+        heard = role_text(answer[0])
+        assert heard.startswith("Sentence one is here.")
+        assert "Sentence ten" not in heard, heard
+        assert len(heard) < len(chat.answer) / 2, heard
+        # The LLM's whole answer was written (and sent to TTS faster than it plays), so the
+        # difference is what the barge-in cut, not what the LLM produced.
+        synthesized = " ".join(body["input"] for _headers, body in speech_server.requests)
+        assert len(synthesized) > len(heard)
+        assert "please call me back" in role_text(chat.requests[1]["messages"][-1]).lower()
+    finally:
+        chat.stop()
+
+
 start_call_fixture: Any = None
 
 
