@@ -232,6 +232,47 @@ async def test_offline_profile_answers_from_the_transcript_with_piper(
     print(f"end of speech → first bot audio: {[f'{x * 1000:.0f} ms' for x in latencies]}")
 
 
+@requires_espeak
+async def test_with_smart_turn_on_a_live_call_is_answered(
+    asr_server_url: str,
+    asr_model_name: str,
+    speech_server: SpeechServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Smart Turn v3 decides the end of the turn on a live call, and the question is answered
+    (within its 3 s fallback at worst, plus the usual stages)."""
+    from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
+    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+    verdicts: list[EndOfTurnState] = []
+    analyze = LocalSmartTurnAnalyzerV3.analyze_end_of_turn
+
+    async def recording(self: LocalSmartTurnAnalyzerV3) -> Any:
+        state, metrics = await analyze(self)
+        verdicts.append(state)
+        return state, metrics
+
+    monkeypatch.setattr(LocalSmartTurnAnalyzerV3, "analyze_end_of_turn", recording)
+    settings = settings_for(
+        asr_server_url,
+        asr_model_name,
+        turn={"smart_turn": True},
+        tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
+    )
+    call = await start_call_fixture(settings)
+    spoken_at = await call.say("please call me back tomorrow morning")
+    await call.wait_for(
+        lambda: any(
+            m["role"] == "assistant" and "tomorrow" in role_text(m).lower() for m in call.messages()
+        ),
+        timeout=20,
+    )
+    await call.wait_for(lambda: len(call.transport.output().voiced_since(spoken_at)) > 0)
+    answered_after = call.transport.output().voiced_since(spoken_at)[0].at - spoken_at
+    assert verdicts, "Smart Turn was never asked whether the turn had ended"
+    assert answered_after < 5.0, f"first bot audio {answered_after:.1f} s after the question"
+
+
 def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
     """Smart Turn v3 ships inside Pipecat's wheel (no download) and, when switched on,
     decides the end of the turn instead of the plain speech timeout."""
