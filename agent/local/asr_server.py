@@ -16,11 +16,11 @@ What the client sees, mirroring vLLM's ``RealtimeConnection`` (``speech_to_text/
 - Audio appended before a non-final commit is buffered into the utterance. A non-final commit
   opens a generation (ignored if one is already open, including one that is finishing);
   while it is open the buffer is re-decoded every ``decode_interval_s`` when new audio came,
-  and ``transcription.delta`` carries only new text (append-only; the last, possibly cut,
-  word is held back until the next decode). A final commit decodes the whole utterance and
-  sends the remaining delta, then ``transcription.done`` with the full text and ``usage``.
-  Audio appended after the final commit but before ``done`` is dropped, as vLLM drains its
-  queue after ``done``; audio appended after ``done`` starts the next utterance.
+  and ``transcription.delta`` carries only new text (append-only; only words two consecutive
+  decodes agree on, never the last, possibly cut, word). A final commit decodes the whole
+  utterance and sends the remaining delta, then ``transcription.done`` with the full text and
+  ``usage``. Audio appended after the final commit but before ``done`` is dropped, as vLLM
+  drains its queue after ``done``; audio appended after ``done`` starts the next utterance.
 - A final commit with no open generation decodes what is buffered (``done`` with empty text
   if nothing is). Unlike vLLM, deltas are not sent for every 80 ms step (no empty deltas),
   and ``done.text`` is authoritative when a partial hypothesis was revised.
@@ -246,9 +246,9 @@ class RealtimeSession:
                 hypothesis, spent = await self._partial(final)
                 if hypothesis is None:
                     break
-                last = hypothesis
+                previous, last = last, hypothesis
                 next_start = loop.time() + max(self._interval - spent, 0.5 * spent)
-                stable = _stable_prefix(hypothesis.text)
+                stable = _agreed_prefix(previous.text if previous else "", hypothesis.text)
                 if _extends(stable, emitted):
                     await self._send(TranscriptionDelta(stable[len(emitted) :]))
                     emitted = stable
@@ -347,6 +347,23 @@ def _stable_prefix(hypothesis: str) -> str:
     punctuation (whisper ends every partial as if it were a sentence)."""
     head, _, _last = hypothesis.rpartition(" ")
     return head.rstrip(",.?!;:")
+
+
+def _agreed_prefix(previous: str, current: str) -> str:
+    """The words two consecutive partial decodes agree on (each minus its last word).
+
+    Whisper revises the tail of a growing utterance ("call me Mac" → "call me back tomorrow"),
+    so a word is only sent once a second decode confirms it (local agreement, as streaming
+    Whisper front-ends do); ``done`` still carries the final decode's text.
+    """
+    agreed: list[str] = []
+    for old, new in zip(
+        _stable_prefix(previous).split(" "), _stable_prefix(current).split(" "), strict=False
+    ):
+        if old != new:
+            break
+        agreed.append(new)
+    return " ".join(agreed).rstrip(",.?!;:")
 
 
 def _extends(text: str, emitted: str) -> bool:

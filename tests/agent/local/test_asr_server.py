@@ -449,3 +449,14 @@ def test_partials_hold_back_their_last_word(hypothesis: str, stable: str) -> Non
 )
 def test_deltas_only_append_whole_words(text: str, emitted: str, extends: bool) -> None:
     assert asr_server._extends(text, emitted) is extends
+
+
+def test_a_word_is_sent_as_a_delta_only_once_two_decodes_agree_on_it() -> None:
+    agreed = asr_server._agreed_prefix
+    assert agreed("", "Please call me.") == ""  # the first decode confirms nothing yet
+    # The misheard tail ("Mac") is not confirmed by the next decode, so it is never sent.
+    assert agreed("Please call me Mac.", "Please call me back tomorrow.") == "Please call me"
+    assert agreed("Please call me back tomorrow", "Please call me back tomorrow morning.") == (
+        "Please call me back"  # each decode's last word may be cut off: held back
+    )
+    assert agreed("Turn on the", "Turn off the lights.") == "Turn"
