@@ -33,18 +33,18 @@ class PreRoll:
 
     def __init__(self, preroll_s: float) -> None:
         self.preroll_s = preroll_s
-        self.sample_rate = 16_000
-        self.channels = 1
-        self.capacity = seconds_to_bytes(preroll_s)
         self._chunks: deque[bytes] = deque()
         self._size = 0
+        self._use_format(16_000, 1)
+
+    def _use_format(self, sample_rate: int, channels: int) -> None:
+        self.sample_rate, self.channels = sample_rate, channels
+        self.capacity = int(self.preroll_s * sample_rate) * 2 * channels  # whole frames
 
     def hear(self, pcm: bytes, sample_rate: int = 16_000, channels: int = 1) -> None:
         if (sample_rate, channels) != (self.sample_rate, self.channels):
             self.take()
-            self.sample_rate, self.channels = sample_rate, channels
-            frame_bytes = 2 * channels
-            self.capacity = int(self.preroll_s * sample_rate) * frame_bytes
+            self._use_format(sample_rate, channels)
         if self.capacity == 0 or not pcm:
             return
         self._chunks.append(pcm)

@@ -190,11 +190,14 @@ class _Queued:
         self.queued_at = time.perf_counter()
 
     @property
-    def next_window(self) -> bytes | None:
-        """The next window to score; None when all are, or the item failed. A cancelled
-        caller's windows are still scored, as Pipecat's executor would still run them."""
-        done = len(self.confidences)
-        return self.windows[done] if done < len(self.windows) and not self.failed else None
+    def pending(self) -> bool:
+        """Windows are left to score (none once the item failed). A cancelled caller's windows
+        are still scored, as Pipecat's executor would still run them."""
+        return not self.failed and len(self.confidences) < len(self.windows)
+
+    @property
+    def next_window(self) -> bytes:
+        return self.windows[len(self.confidences)]
 
 
 class SileroBatcher:
@@ -298,7 +301,7 @@ class SileroBatcher:
         while active:
             for start in range(0, len(active), self._max_batch):
                 self._run_round(sample_rate, active[start : start + self._max_batch])
-            active = [item for item in active if item.next_window is not None]
+            active = [item for item in active if item.pending]
         if self._on_delay is not None:
             now = time.perf_counter()
             for item in items:
@@ -308,7 +311,7 @@ class SileroBatcher:
     def _run_round(self, sample_rate: int, items: list[_Queued]) -> None:
         """One inference: the next window of each item (a cancelled caller's stream is still
         advanced, so its memory matches the audio it sent)."""
-        windows = [item.windows[len(item.confidences)] for item in items]
+        windows = [item.next_window for item in items]
         try:
             confidences = infer(self.session, sample_rate, [item.stream for item in items], windows)
         except Exception as exc:
@@ -328,7 +331,7 @@ class SileroBatcher:
                 except Exception as exc:
                     _fail(item, exc)
                     continue
-            if len(item.confidences) == len(item.windows) and not item.future.done():
+            if not item.pending and not item.future.done():
                 item.future.set_result(item.confidences)
 
     def _requeue(self, sample_rate: int, item: _Queued) -> None:

@@ -10,7 +10,6 @@ it runs), move the call counters, log a ``turn_latency`` line and export the tur
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import httpx
@@ -103,11 +102,7 @@ async def test_a_call_fills_every_stage_histogram_and_exports_its_turn(
                     )
                     during = scrape((await http.get("/metrics")).text)
                     quiet.cancel()
-                    await ws.send(
-                        json.dumps(
-                            {"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": "CA0001"}}
-                        )
-                    )
+                    await caller.stop()
                     await asyncio.wait_for(caller.closed.wait(), 10)
                 await async_wait_for(
                     lambda: registry.stats.active == 0, timeout_s=10, what="the call to end"

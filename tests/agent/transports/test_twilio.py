@@ -127,9 +127,7 @@ async def test_a_phone_call_is_answered_and_barge_in_clears_bot_audio(
         await ws.send(json.dumps({"event": "mark", "streamSid": "MZ0001", "mark": {"name": "m1"}}))
         call = registry.calls()[0]
         assert "paris" in " ".join(call.user_transcript).lower()
-        await ws.send(
-            json.dumps({"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": "CA0001"}})
-        )
+        await caller.stop()
         await asyncio.wait_for(caller.closed.wait(), 10)  # the server ends the call and closes
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
     assert server_tasks(app) == []
@@ -203,9 +201,7 @@ async def test_a_caller_that_sends_stop_and_hangs_up_at_once_ends_cleanly(
             caller = TwilioCaller(ws)
             await caller.start()
             await caller.silence(0.5)
-            await ws.send(
-                json.dumps({"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": "CA0001"}})
-            )
+            await caller.stop()
         await async_wait_for(lambda: registry.stats.ended == ended + 1, timeout_s=10, what="end")
         assert server_tasks(app) == []
     finally:

@@ -71,6 +71,12 @@ class TwilioCaller:
             )
         )
 
+    async def stop(self) -> None:
+        """Twilio's ``stop``: the call is over."""
+        await self.ws.send(
+            json.dumps({"event": "stop", "streamSid": "MZ0001", "stop": {"callSid": self.call_sid}})
+        )
+
     async def speak(self, ulaw: bytes, *, stop_after: float | None = None) -> None:
         """Send μ-law audio in 20 ms media messages at real-time pace."""
         loop = asyncio.get_running_loop()
