@@ -53,7 +53,23 @@ class Call:
     task: asyncio.Task[Any] | None = field(default=None, repr=False)
     released: bool = False
     user_transcript: list[str] = field(default_factory=list)
+    """The caller's final transcripts (:mod:`agent.observability.transcript`)."""
     bot_transcript: list[str] = field(default_factory=list)
+    """What the bot said, sentence by sentence."""
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        """The call as the operator API shows it."""
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "active": not self.released,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "user_transcript": list(self.user_transcript),
+            "bot_transcript": list(self.bot_transcript),
+        }
 
     def release(self) -> None:
         """Give the slot back. Idempotent: only the first call counts."""
@@ -96,11 +112,14 @@ class CallRegistry:
     def calls(self) -> list[Call]:
         return list(self._calls.values())
 
-    def get(self, call_id: str) -> Call | None:
-        return self._calls.get(call_id)
+    def find(self, call_id: str) -> Call | None:
+        """A running call, or one of the last ``history`` calls that ended."""
+        return self._calls.get(call_id) or next(
+            (call for call in self._history if call.id == call_id), None
+        )
 
     def recent(self) -> list[Call]:
-        """The last calls that ended, oldest first (for inspection and tests)."""
+        """The last calls that ended, oldest first."""
         return list(self._history)
 
     def reserve(self, kind: str) -> Call:
@@ -148,6 +167,7 @@ class CallRegistry:
         if call.released:
             return
         call.released = True
+        call.ended_at = time.time()
         if self._calls.pop(call.id, None) is not None:
             self._ended += 1
             self._history.append(call)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from agent.stt.params import RealtimeSTTParams
+from agent.stt.protocol import VOXTRAL_MODEL
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 ENV_PREFIX = "VOICE_AGENT_"
@@ -39,25 +43,17 @@ class SageMakerSettings(_Section):
     endpoint_url: str | None = Field(
         default=None, description="Override the runtime URL (tests, VPC endpoints)."
     )
-    max_connection_age_s: float = Field(default=25 * 60, gt=0, lt=30 * 60)
 
 
 class STTSettings(_Section):
-    """The Voxtral realtime STT stage."""
+    """The Voxtral realtime STT stage. ``params`` is the service's own tuning dataclass
+    (:class:`~agent.stt.params.RealtimeSTTParams`), taken as it is."""
 
     transport: Literal["websocket", "sagemaker"] = "websocket"
     url: str = "ws://127.0.0.1:8090/v1/realtime"
-    model: str = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+    model: str = VOXTRAL_MODEL
     api_key: str | None = None
-    preroll_s: float = Field(default=0.4, ge=0.0, le=2.0)
-    chunk_ms: int = Field(default=20, ge=10, le=1000)
-    stall_timeout_s: float = Field(default=8.0, gt=0)
-    max_generation_s: float = Field(default=600.0, gt=0)
-    final_timeout_s: float = Field(default=5.0, gt=0)
-    reconnect_min_wait_s: float = Field(default=0.2, ge=0)
-    reconnect_max_wait_s: float = Field(default=4.0, gt=0)
-    reconnect_attempts: int = Field(default=5, ge=1)
-    ttfs_p99_latency: float = Field(default=0.6, gt=0)
+    params: RealtimeSTTParams = RealtimeSTTParams()
     sagemaker: SageMakerSettings = SageMakerSettings()
 
     @field_validator("url")
@@ -75,7 +71,7 @@ class ASRServerSettings(_Section):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
-    served_model_name: str = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+    served_model_name: str = VOXTRAL_MODEL
     decode_interval_s: float = Field(default=0.5, gt=0)
     cpu_threads: int = Field(default=2, ge=1)
 
@@ -151,6 +147,11 @@ class ServerSettings(_Section):
         description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
     )
     start_local_services: bool = True
+    api_token: str | None = Field(
+        default=None,
+        description="Bearer token for the operator API (GET /calls/{id}: a call's transcript); "
+        "unset, the operator API is off.",
+    )
 
 
 class TwilioSettings(_Section):
@@ -201,6 +202,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _sagemaker_needs_endpoint(self) -> Settings:
+        age = self.stt.params.max_connection_age_s
+        if self.stt.transport == "sagemaker" and age is not None and age >= 30 * 60:
+            raise ValueError(
+                "stt.params.max_connection_age_s must be under 1800 s with SageMaker, which "
+                "caps a stream at about 30 minutes (set it to 1500)"
+            )
         if self.stt.transport == "sagemaker":
             missing = [
                 name
@@ -267,12 +274,20 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
             into[key] = value
 
 
+_PARAM_NAMES = frozenset(field.name for field in fields(RealtimeSTTParams))
+
+
 def _explain(exc: ValidationError, path: Path) -> str:
     lines = [f"invalid configuration (profile file {path}):"]
     for error in exc.errors():
-        dotted = ".".join(str(part) for part in error["loc"])
-        env = ENV_PREFIX + "__".join(str(part).upper() for part in error["loc"])
-        if error["type"] == "extra_forbidden":
+        loc = [str(part) for part in error["loc"]]
+        if loc[-1:] == ["params"] and error["type"] == "value_error":
+            knob = str(error["msg"]).removeprefix("Value error, ").split(" ", 1)[0]
+            if knob in _PARAM_NAMES:  # RealtimeSTTParams names the knob in its message
+                loc.append(knob)
+        dotted = ".".join(loc)
+        env = ENV_PREFIX + "__".join(part.upper() for part in loc)
+        if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             hint = "remove it: there is no such setting (check the spelling)"
         else:
             hint = f"fix it in {path.name} or set {env}"

@@ -24,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from agent.stt.protocol import VOXTRAL_MODEL
+
 DEFAULT_ENDPOINT = "voxtral-realtime"
-DEFAULT_SERVED_MODEL = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 DEFAULT_INSTANCE = "ml.g6.4xlarge"
 VARIANT = "AllTraffic"
 NAME_LIMIT = 63  # SageMaker resource names: 63 characters, letters, digits and hyphens
@@ -62,7 +63,7 @@ class DeploySpec:
     instance_count: int = 1
     data_download_timeout_s: int = 1200
     startup_health_timeout_s: int = 1200
-    served_model_name: str = DEFAULT_SERVED_MODEL
+    served_model_name: str = VOXTRAL_MODEL
     max_model_len: int = 45000
     max_num_seqs: int = 4
     vllm_options: dict[str, str] = field(default_factory=dict)
@@ -483,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--instance-count", type=int, default=1)
     up.add_argument("--data-download-timeout", type=int, default=1200, metavar="SECONDS")
     up.add_argument("--startup-health-timeout", type=int, default=1200, metavar="SECONDS")
-    up.add_argument("--served-model-name", default=DEFAULT_SERVED_MODEL)
+    up.add_argument("--served-model-name", default=VOXTRAL_MODEL)
     up.add_argument("--max-model-len", type=int, default=45000)
     up.add_argument("--max-num-seqs", type=int, default=4, help="concurrent streams per GPU")
     up.add_argument(

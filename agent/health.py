@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 
 import httpx
-import websockets
 
 from agent.config import Settings
 from agent.local.piper_server import READY_PATH as PIPER_READY_PATH
-from agent.stt.protocol import ProtocolError, SessionCreated, parse_server_event
+from agent.stt.channels import ChannelError, bearer_auth, websocket_channel_factory
+from agent.stt.session import start_session
 
 PROBE_TIMEOUT_S = 3.0
 
@@ -42,20 +42,19 @@ async def check_stt(settings: Settings, *, limit_s: float = PROBE_TIMEOUT_S) -> 
         return ComponentStatus(
             True, f"SageMaker endpoint {stt.sagemaker.endpoint_name!r} (not probed)"
         )
-    headers = {"Authorization": f"Bearer {stt.api_key}"} if stt.api_key else None
+    open_channel = websocket_channel_factory(stt.url, api_key=stt.api_key, open_timeout=limit_s)
     started = time.perf_counter()
     try:
         async with asyncio.timeout(limit_s):
-            async with websockets.connect(
-                stt.url, additional_headers=headers, compression=None, open_timeout=limit_s
-            ) as ws:
-                event = parse_server_event(await ws.recv())
+            channel = await open_channel()
+            try:
+                await start_session(channel, model=None, timeout_s=limit_s)
+            finally:
+                await channel.close()
     except TimeoutError:
         return ComponentStatus(False, f"{stt.url}: no session.created within {limit_s} s")
-    except (OSError, websockets.WebSocketException, ProtocolError) as exc:
-        return ComponentStatus(False, f"{stt.url}: {exc or type(exc).__name__}")
-    if not isinstance(event, SessionCreated):
-        return ComponentStatus(False, f"{stt.url}: first event was {event!r}, not session.created")
+    except ChannelError as exc:
+        return ComponentStatus(False, f"{stt.url}: {exc}")
     return ComponentStatus(True, stt.url, (time.perf_counter() - started) * 1000)
 
 
@@ -66,9 +65,7 @@ async def check_llm(
     if not llm.base_url:
         return ComponentStatus(True, "offline responder (no llm.base_url)")
     url = llm.base_url.rstrip("/") + "/models"
-    return await _http_probe(
-        client, url, {"Authorization": f"Bearer {llm.api_key}"}, limit_s, need_ok=True
-    )
+    return await _http_probe(client, url, bearer_auth(llm.api_key) or {}, limit_s, need_ok=True)
 
 
 async def check_tts(
@@ -80,7 +77,7 @@ async def check_tts(
         return await _http_probe(client, base + PIPER_READY_PATH, {}, limit_s, need_ok=True)
     # Speech servers differ in what else they serve: any HTTP answer below 500 shows this one
     # is up, while synthesizing a probe sentence would cost real work.
-    headers = {"Authorization": f"Bearer {tts.api_key}"}
+    headers = bearer_auth(tts.api_key) or {}
     return await _http_probe(client, base + "/models", headers, limit_s, need_ok=False)
 
 

@@ -16,11 +16,13 @@ from typing import TextIO
 
 from loguru import logger
 
-from agent.audio import AudioFormatError, read_wav
-from agent.config import ConfigError, SageMakerSettings, load_settings
-from agent.stt.channels import ChannelFactory, websocket_channel_factory
+from agent.config import ConfigError, SageMakerSettings, STTSettings, load_settings
+from agent.stt.audio import AudioFormatError, read_wav
+from agent.stt.channels import ChannelFactory
 from agent.stt.client import RealtimeTranscriber, TranscriptEvent
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.service import VoxtralRealtimeSTTService
+from pipelines.services import stt_channel_factory
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_MODEL, EXIT_TIMEOUT = 0, 2, 3, 4, 5
 
@@ -49,16 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _channel_factory(args: argparse.Namespace, url: str) -> ChannelFactory:
+def _channel_factory(args: argparse.Namespace, settings: STTSettings) -> ChannelFactory:
+    """The profile's STT endpoint, or the one the flags name."""
     if args.sagemaker_endpoint:
         if not args.region:
             raise TranscribeError("--sagemaker-endpoint needs --region (e.g. us-east-1)", 2)
-        from agent.stt.sagemaker import sagemaker_channel_factory
-
-        return sagemaker_channel_factory(
-            SageMakerSettings(endpoint_name=args.sagemaker_endpoint, region=args.region)
-        )
-    return websocket_channel_factory(url)
+        sagemaker = SageMakerSettings(endpoint_name=args.sagemaker_endpoint, region=args.region)
+        settings = settings.model_copy(update={"transport": "sagemaker", "sagemaker": sagemaker})
+    elif args.url:
+        settings = settings.model_copy(update={"transport": "websocket", "url": args.url})
+    return stt_channel_factory(settings)
 
 
 def _report(event: TranscriptEvent, *, as_json: bool, out: TextIO, err: TextIO) -> None:
@@ -76,16 +78,23 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (AudioFormatError, OSError) as exc:
         raise TranscribeError(f"cannot read {args.file}: {exc}", EXIT_USAGE) from exc
     settings = load_settings(args.profile).stt
-    url = args.url or settings.url
     model = args.model or settings.model
-    target = f"SageMaker endpoint {args.sagemaker_endpoint}" if args.sagemaker_endpoint else url
+    channel_factory = _channel_factory(args, settings)
+    if args.sagemaker_endpoint:
+        target = f"SageMaker endpoint {args.sagemaker_endpoint}"
+    elif settings.transport == "sagemaker" and not args.url:
+        target = f"SageMaker endpoint {settings.sagemaker.endpoint_name}"
+    else:
+        target = args.url or settings.url
     service = VoxtralRealtimeSTTService(
-        channel_factory=_channel_factory(args, url),
+        channel_factory=channel_factory,
         settings=VoxtralRealtimeSTTService.Settings(model=model),
-        preroll_s=0.0,
-        reconnect_attempts=2,
-        reconnect_min_wait_s=0.2,
-        final_timeout_s=max(10.0, audio.duration_s),
+        params=RealtimeSTTParams(
+            preroll_s=0.0,
+            reconnect_attempts=2,
+            reconnect_min_wait_s=0.2,
+            final_timeout_s=max(10.0, audio.duration_s),
+        ),
     )
     async with RealtimeTranscriber(
         service, sample_rate=audio.sample_rate, channels=audio.channels

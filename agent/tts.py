@@ -1,4 +1,4 @@
-"""Speech synthesis for the pipeline: pick a TTS service from ``settings.tts``.
+"""Speech synthesis for the pipeline (which one a call gets: :mod:`pipelines.services`).
 
 Two kinds, both plain HTTP so no synthesis engine lives in our process:
 
@@ -22,13 +22,12 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
-from loguru import logger
 from pipecat.frames.frames import ErrorFrame, Frame, StartFrame
 from pipecat.services.settings import TTSSettings as PipecatTTSSettings
 from pipecat.services.tts_service import TTSService
 
-from agent.config import TTSSettings
 from agent.local.piper_server import SYNTHESIZE_PATH, PiperUnavailable, voice_name
+from agent.stt.channels import bearer_auth
 
 _READ_CHUNK_BYTES = 4096
 
@@ -150,7 +149,7 @@ class OpenAISpeechService(HTTPSpeechService):
         super().__init__(
             url=base_url.rstrip("/") + "/audio/speech",
             voice=voice,
-            headers={"Authorization": f"Bearer {api_key or 'not-needed'}"},
+            headers=bearer_auth(api_key or "not-needed"),
             sample_rate=sample_rate,
             **kwargs,
         )
@@ -169,26 +168,9 @@ class OpenAISpeechService(HTTPSpeechService):
         return {"in_sample_rate": self._source_rate}
 
 
-def _packaged_voice() -> str | None:
+def packaged_piper_voice() -> str | None:
     """The packaged voice's id, or None (the server's default voice) if it isn't installed."""
     try:
         return voice_name()
     except PiperUnavailable:
         return None
-
-
-def tts_service_from_settings(settings: TTSSettings) -> TTSService:
-    """The TTS service ``settings.tts`` asks for."""
-    if settings.kind == "piper":
-        logger.debug(f"TTS: Piper HTTP server at {settings.base_url}")
-        return PiperHTTPTTSService(
-            base_url=settings.base_url, voice=_packaged_voice(), sample_rate=settings.sample_rate
-        )
-    logger.debug(f"TTS: OpenAI-compatible speech at {settings.base_url} ({settings.model})")
-    return OpenAISpeechService(
-        base_url=settings.base_url,
-        model=settings.model,
-        voice=settings.voice,
-        api_key=settings.api_key,
-        sample_rate=settings.sample_rate,
-    )

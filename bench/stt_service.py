@@ -35,6 +35,7 @@ from websockets.asyncio.server import serve
 
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import RealtimeTranscriber
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.protocol import Commit, SessionUpdate, encode_pcm_append
 from agent.stt.service import VoxtralRealtimeSTTService
 
@@ -83,8 +84,7 @@ def make_service(url: str, chunk_ms: int = 20) -> VoxtralRealtimeSTTService:
     return VoxtralRealtimeSTTService(
         channel_factory=websocket_channel_factory(url),
         settings=VoxtralRealtimeSTTService.Settings(model=MODEL),
-        preroll_s=0.0,
-        chunk_ms=chunk_ms,
+        params=RealtimeSTTParams(preroll_s=0.0, chunk_ms=chunk_ms),
     )
 
 

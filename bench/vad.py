@@ -37,7 +37,8 @@ from loguru import logger
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADState
 
-from agent.vad import BatcherStats, SharedSileroVADAnalyzer, SileroBatcher
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.vad import BatcherStats, SileroBatcher
 
 FRAME_S = 0.020
 WINDOW_S = 0.032

@@ -25,11 +25,12 @@ import numpy as np
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 
-from agent.audio import StreamConverter
 from agent.config import ConfigError, STTSettings, load_settings
+from agent.stt.audio import StreamConverter
 from agent.stt.client import RealtimeTranscriber, TranscriptEvent
 from agent.stt.protocol import SAMPLE_RATE
-from agent.stt.service import VoxtralRealtimeSTTService, stt_service_from_settings
+from agent.stt.service import VoxtralRealtimeSTTService
+from pipelines.services import stt_service
 
 INSTALL_HINT = "pip install 'voice-agent[captions]'"
 
@@ -121,10 +122,10 @@ def session_factory(settings: STTSettings) -> Callable[[], CaptionSession]:
     """Builds a :class:`CaptionSession` per browser tab for the configured STT endpoint."""
 
     def make() -> CaptionSession:
-        from agent.vad import SharedSileroVADAnalyzer
+        from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 
         return CaptionSession(
-            service=stt_service_from_settings(settings),
+            service=stt_service(settings),
             vad=SharedSileroVADAnalyzer(params=VADParams(stop_secs=0.5)),
         )
 

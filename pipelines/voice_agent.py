@@ -13,22 +13,21 @@
       → assistant context aggregator      after the output, so an interrupted answer keeps
                                           only the sentences actually played
 
-Audio enters at 16 kHz (``PIPELINE_SAMPLE_RATE``) so the STT, which speaks vLLM's 16 kHz
-protocol, never resamples (SOXR stream resampling holds back 19-53 ms). A transport whose
-audio is natively slower says so (``pipeline_sample_rate``: phone calls are 8 kHz) and the
-pipeline runs at that rate instead: the caller's audio is then resampled once (8 → 16 kHz,
-in the STT) rather than up in the serializer and back down for the answer, and Silero runs
-at 8 kHz. The server builds the transport, calls :func:`build_voice_agent_task`, runs the
-worker and cancels it when the call ends.
+Audio enters at 16 kHz (the STT protocol's rate) so the STT never resamples (SOXR stream
+resampling holds back 19-53 ms). A transport whose audio is natively slower declares it
+(:class:`~agent.transports.traits.TransportTraits`: phone calls are 8 kHz) and the pipeline
+runs at that rate instead: the caller's audio is then resampled once (8 → 16 kHz, in the STT)
+rather than up in the serializer and back down for the answer, and Silero runs at 8 kHz. The
+server builds the transport, calls :func:`build_voice_agent_task`, attaches the call's
+observers, runs the worker and cancels it when the call ends.
 
 Per-frame cost (``bench/capacity.py``): a transport whose input can host the VAD
-(:class:`~agent.transports.inline_vad.HostsVAD`: phone calls) runs it there, so caller audio
+(:class:`~agent.transports.traits.HostsVAD`: phone calls) runs it there, so caller audio
 crosses one queue on its way to the STT instead of three; the STT does not pass caller audio
-further down the pipeline (nothing after it uses audio unless Smart Turn is on), the call's
-observers are called inline rather than through Pipecat's queue and task per observer
-(:func:`~agent.transports.observe_inline`), Pipecat's idle watch is one timer
-(:class:`~agent.transports.IdleCallWatch`), RTVI runs only for clients that speak it, and
-Pipecat's turn-tracking observer only when tracing needs it.
+further down the pipeline (nothing after it uses audio unless Smart Turn is on), RTVI runs
+only for clients that speak it, and Pipecat's turn-tracking observer only when tracing needs
+it. The server attaches the observers inline and replaces Pipecat's idle watch
+(:mod:`agent.fastpath`), so the worker is built here with ``idle_timeout_secs=None``.
 
 Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
 quiet; the STT then finalizes the turn and the turn ends once the final transcript is in and
@@ -40,9 +39,8 @@ a third of our espeak test questions "unfinished" and waited for its 3 s fallbac
 from __future__ import annotations
 
 from pipecat.audio.vad.vad_analyzer import VADParams
-from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.worker import IDLE_TIMEOUT_SECS, PipelineParams, PipelineWorker
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
@@ -62,42 +60,28 @@ from pipecat.turns.user_stop import (
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
-from agent.llm import configured_tools, llm_context, llm_from_settings
-from agent.transports import IdleCallWatch, observe_inline
-from agent.transports.inline_vad import HostsVAD
-from agent.tts import tts_service_from_settings
-from agent.vad import SharedSileroVADAnalyzer
-
-PIPELINE_SAMPLE_RATE = 16_000
-"""Pipeline audio in and out: what the STT protocol wants, so it never resamples."""
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.transports.traits import HostsVAD, traits_of
+from pipelines.services import llm_conversation, llm_service, stt_service, tts_service
 
 
 def build_voice_agent_task(
-    transport: BaseTransport,
-    settings: Settings,
-    *,
-    call_id: str,
-    observers: list[BaseObserver] | None = None,
-    idle_timeout_s: float = IDLE_TIMEOUT_SECS,
+    transport: BaseTransport, settings: Settings, *, call_id: str
 ) -> PipelineWorker:
     """The whole call as a Pipecat worker, ready for ``WorkerRunner.run``.
 
     Each call gets its own STT connection, LLM context, TTS session and VAD state; cancelling
-    the worker releases them all, and so does ``idle_timeout_s`` without user or bot speech
-    (Pipecat's idle timeout and default).
+    the worker releases them all. It has no observers and no idle timeout of its own: the
+    server attaches both (:mod:`agent.server`).
 
     Raises:
         agent.llm.tools.UnknownTool: ``llm.tools`` names a tool nobody registered.
     """
-    from agent.stt.service import stt_service_from_settings
-
     turn = settings.turn
-    sample_rate = int(getattr(transport, "pipeline_sample_rate", PIPELINE_SAMPLE_RATE))
+    traits = traits_of(transport)
     tracing = settings.observability.otel_enabled
-    tools = configured_tools(settings.llm)
-    context = llm_context(settings.llm, tools=tools)
     user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
-        context,
+        llm_conversation(settings.llm),
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
     )
     vad = SharedSileroVADAnalyzer(
@@ -112,29 +96,27 @@ def build_voice_agent_task(
     stages: list[FrameProcessor] = [
         transport_input,
         *vad_stages,
-        stt_service_from_settings(settings.stt, audio_passthrough=turn.smart_turn),
+        stt_service(settings.stt, audio_passthrough=turn.smart_turn),
         user_aggregator,
-        llm_from_settings(settings.llm),
-        tts_service_from_settings(settings.tts),
+        llm_service(settings.llm),
+        tts_service(settings.tts),
         transport.output(),
         assistant_aggregator,
     ]
-    worker = PipelineWorker(
+    return PipelineWorker(
         Pipeline(stages),
         params=PipelineParams(
-            audio_in_sample_rate=sample_rate,
-            audio_out_sample_rate=sample_rate,
+            audio_in_sample_rate=traits.pipeline_sample_rate,
+            audio_out_sample_rate=traits.pipeline_sample_rate,
             enable_metrics=True,
         ),
         conversation_id=call_id,
-        enable_rtvi=bool(getattr(transport, "speaks_rtvi", True)),
+        enable_rtvi=traits.speaks_rtvi,
         enable_tracing=tracing,
         enable_turn_tracking=tracing,
-        idle_timeout_secs=None,  # IdleCallWatch below does the same job more cheaply
+        idle_timeout_secs=None,  # the server's IdleCallWatch does the same job more cheaply
         name=f"call-{call_id}",
     )
-    observe_inline(worker, [*(observers or []), IdleCallWatch(worker, timeout_s=idle_timeout_s)])
-    return worker
 
 
 def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:

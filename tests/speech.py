@@ -13,7 +13,9 @@ import wave
 from functools import cache
 from pathlib import Path
 
-from agent.audio import PcmAudio, read_wav, resample
+import numpy as np
+
+from agent.stt.audio import PcmAudio, read_wav, resample
 
 SENTENCES = (
     "please call me back tomorrow morning",
@@ -61,8 +63,6 @@ def speech_at(text: str, sample_rate: int, channels: int = 1, *, voice: str = "e
     pcm = resample(audio.pcm, audio.sample_rate, sample_rate)
     if channels == 1:
         return pcm
-    import numpy as np
-
     mono = np.frombuffer(pcm, "<i2")
     return np.repeat(mono, channels).astype("<i2").tobytes()
 
@@ -90,3 +90,29 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
         previous = current
     return previous[-1] / max(len(ref), 1)
+
+
+def conversation(sample_rate: int, *, first: int = 0, gaps: tuple[float, ...] = (0.6, 2.6, 1.2)):
+    """PCM16: quiet, then a sentence after each gap, then 2.5 s of quiet; low noise throughout."""
+    rng = np.random.default_rng(first)
+    parts: list[np.ndarray] = []
+    for index, gap in enumerate(gaps):
+        parts.append(np.zeros(int(gap * sample_rate), np.int16))
+        sentence = SENTENCES[(first + index) % len(SENTENCES)]
+        parts.append(np.frombuffer(speech_at(sentence, sample_rate), np.int16))
+    parts.append(np.zeros(int(2.5 * sample_rate), np.int16))
+    audio = np.concatenate(parts).astype(np.int32) + rng.integers(-20, 21, sum(map(len, parts)))
+    return np.clip(audio, -32768, 32767).astype(np.int16).tobytes()
+
+
+def frames_of(pcm: bytes, frame_bytes: int | None, seed: int = 0) -> list[bytes]:
+    """Fixed-size frames, or (``None``) random sizes from 2 bytes to ~5 windows."""
+    if frame_bytes is not None:
+        return [pcm[i : i + frame_bytes] for i in range(0, len(pcm), frame_bytes)]
+    rng = np.random.default_rng(seed)
+    frames, offset = [], 0
+    while offset < len(pcm):
+        size = int(rng.integers(2, 5000))
+        frames.append(pcm[offset : offset + size])
+        offset += size
+    return frames

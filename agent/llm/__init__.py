@@ -1,5 +1,7 @@
 """The turn handler: an OpenAI-compatible chat LLM, or the offline responder.
 
+Which one a call gets is decided from the settings in :mod:`pipelines.services`.
+
 - ``llm.base_url`` set: :class:`OpenAICompatibleLLMService` streams chat completions from
   that server (vLLM, or anything speaking OpenAI's ``/v1/chat/completions``) with the
   configured model, API key (always sent; "not-needed" by default, since an empty key makes
@@ -16,24 +18,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from openai import NOT_GIVEN, AsyncOpenAI
+from openai import AsyncOpenAI
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.openai.llm import OpenAILLMService
 
-from agent.config import LLMSettings
 from agent.llm.clients import shared_openai_client
 from agent.llm.offline_responder import OfflineResponder
-from agent.llm.tools import tools_named
 
 __all__ = [
     "OfflineResponder",
     "OpenAICompatibleLLMService",
-    "configured_tools",
-    "llm_context",
-    "llm_from_settings",
+    "conversation_context",
 ]
 
 
@@ -61,32 +58,8 @@ class OpenAICompatibleLLMService(OpenAILLMService):
         )
 
 
-def configured_tools(settings: LLMSettings) -> list[FunctionSchema]:
-    """The tools ``llm.tools`` switches on (none unless configured)."""
-    return tools_named(settings.tools)
-
-
-def llm_context(settings: LLMSettings, *, tools: Sequence[FunctionSchema] = ()) -> LLMContext:
+def conversation_context(tools: Sequence[FunctionSchema] = ()) -> LLMContext:
     """A fresh, empty conversation for one call, advertising ``tools`` if any."""
     if tools:
         return LLMContext(messages=[], tools=ToolsSchema(standard_tools=list(tools)))
     return LLMContext(messages=[])
-
-
-def llm_from_settings(settings: LLMSettings) -> FrameProcessor:
-    """The turn handler ``settings.llm`` asks for."""
-    if not settings.base_url:
-        return OfflineResponder()
-    extra: dict[str, Any] = {}
-    return OpenAICompatibleLLMService(
-        api_key=settings.api_key or "not-needed",
-        base_url=settings.base_url,
-        settings=OpenAICompatibleLLMService.Settings(
-            model=settings.model,
-            system_instruction=settings.system_prompt,
-            temperature=settings.temperature,
-            max_tokens=settings.max_tokens,
-            max_completion_tokens=NOT_GIVEN,
-            extra=extra,
-        ),
-    )

@@ -56,7 +56,6 @@ from starlette.websockets import WebSocketDisconnect
 
 from agent.config import ASRServerSettings, ConfigError, load_settings
 from agent.local.recognizer import (
-    SAMPLE_RATE,
     DecodeQueue,
     ModelUnavailableError,
     Recognizer,
@@ -64,6 +63,7 @@ from agent.local.recognizer import (
     pcm16_to_float,
 )
 from agent.stt.protocol import (
+    SAMPLE_RATE,
     AudioAppend,
     Commit,
     ErrorEvent,

@@ -24,8 +24,6 @@ import numpy as np
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # set before faster-whisper (and huggingface_hub) load
 
-SAMPLE_RATE = 16_000
-
 
 class Recognizer(Protocol):
     """Turns one utterance of 16 kHz mono float32 audio into text. Called from one thread."""

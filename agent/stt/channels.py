@@ -131,10 +131,22 @@ def _closed(exc: ConnectionClosed) -> ChannelClosed:
     )
 
 
-def websocket_channel_factory(url: str, **options: object) -> ChannelFactory:
-    """A factory that opens a new :class:`WebSocketChannel` to ``url`` each time."""
+def bearer_auth(api_key: str | None) -> dict[str, str] | None:
+    """The ``Authorization`` header vLLM's ``--api-key`` expects; ``None`` without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else None
+
+
+def websocket_channel_factory(
+    url: str, *, api_key: str | None = None, **options: object
+) -> ChannelFactory:
+    """A factory that opens a new :class:`WebSocketChannel` to ``url`` each time.
+
+    ``api_key`` is sent as a Bearer token (vLLM's ``--api-key``); other options go to
+    :meth:`WebSocketChannel.connect`.
+    """
+    headers = bearer_auth(api_key)
 
     async def open_channel() -> RealtimeChannel:
-        return await WebSocketChannel.connect(url, **options)  # type: ignore[arg-type]
+        return await WebSocketChannel.connect(url, headers=headers, **options)  # type: ignore[arg-type]
 
     return open_channel

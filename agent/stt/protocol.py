@@ -21,15 +21,9 @@ from typing import Any
 SAMPLE_RATE = 16_000
 """vLLM's realtime endpoint takes 16 kHz mono PCM16 LE; nothing on the wire says so."""
 
-ERROR_CODES = (
-    "invalid_json",
-    "unknown_event",
-    "invalid_audio",
-    "model_not_validated",
-    "model_not_found",
-    "invalid_event",
-    "processing_error",
-)
+VOXTRAL_MODEL = "mistralai/Voxtral-Mini-4B-Realtime-2602"
+"""The model this client is built for. A server's served name may differ: see its
+``--served-model-name``."""
 
 
 class ProtocolError(ValueError):

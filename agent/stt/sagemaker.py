@@ -27,15 +27,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.stt.channels import ChannelClosed, ChannelError, ChannelFactory, RealtimeChannel
-
-if TYPE_CHECKING:
-    from agent.config import SageMakerSettings
 
 try:
     from aws_sdk_sagemaker_runtime_http2.client import AsyncSageMakerRuntimeHTTP2Client
@@ -129,8 +125,15 @@ class BotocoreCredentialsResolver:
         )
 
 
+CHECKED_AGAINST = {"smithy-http": "0.6.0"}
+"""The version whose internals :class:`_CRTTransport` mirrors (a test fails when it moves)."""
+
+
 class _CRTTransport(AWSCRTHTTPClient):
     """The SDK's CRT transport, keeping hold of the HTTP/2 streams it opens.
+
+    Mirrors ``smithy_http.aio.crt.AWSCRTHTTPClient._await_response`` and reads the stream's
+    private ``_writer`` task (smithy-http 0.6.0, see :data:`CHECKED_AGAINST`).
 
     When the service ends a stream first (a container close, a failure), awscrt's task that
     writes the request body fails on the final write and nobody retrieves its exception
@@ -190,14 +193,7 @@ class SageMakerChannel:
         self._send_lock = asyncio.Lock()
         self._ended: ChannelClosed | None = None
         self._closed = False
-        self.opened_at = time.monotonic()
-        """When the stream opened (``time.monotonic()``), for rotation before SageMaker's cap."""
         self._reader = asyncio.create_task(self._read(), name=f"sagemaker-reader {description}")
-
-    @property
-    def age_s(self) -> float:
-        """Seconds since the stream opened."""
-        return time.monotonic() - self.opened_at
 
     @classmethod
     async def connect(
@@ -219,8 +215,7 @@ class SageMakerChannel:
         """
         if not endpoint_name or not region:
             raise ChannelError(
-                "the SageMaker channel needs an endpoint name and a region "
-                "(stt.sagemaker.endpoint_name, stt.sagemaker.region)",
+                "the SageMaker channel needs an endpoint_name and a region",
                 retryable=False,
             )
         url = (
@@ -447,9 +442,19 @@ def _open_error(exc: Exception, description: str) -> ChannelError:
     return ChannelError(f"cannot connect to {description}: {exc!r}")
 
 
-def sagemaker_channel_factory(settings: SageMakerSettings, **options: Any) -> ChannelFactory:
+def sagemaker_channel_factory(
+    *,
+    endpoint_name: str,
+    region: str,
+    target_variant: str | None = None,
+    invocation_path: str | None = None,
+    endpoint_url: str | None = None,
+    **options: Any,
+) -> ChannelFactory:
     """A factory that opens a fresh :class:`SageMakerChannel` each time it is called.
 
+    ``endpoint_url`` overrides the runtime URL (VPC endpoints, local stand-ins); unset, the
+    ``AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME_HTTP2`` variable, else the region's runtime.
     Credentials are resolved once per factory and shared, so rotating connections does not
     re-read the chain; botocore refreshes them before they expire.
     """
@@ -457,11 +462,11 @@ def sagemaker_channel_factory(settings: SageMakerSettings, **options: Any) -> Ch
 
     async def open_channel() -> RealtimeChannel:
         return await SageMakerChannel.connect(
-            endpoint_name=settings.endpoint_name,
-            region=settings.region,
-            target_variant=settings.target_variant,
-            invocation_path=settings.invocation_path,
-            endpoint_url=settings.endpoint_url,
+            endpoint_name=endpoint_name,
+            region=region,
+            target_variant=target_variant,
+            invocation_path=invocation_path,
+            endpoint_url=endpoint_url,
             credentials_resolver=resolver,
             **options,
         )

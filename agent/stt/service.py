@@ -19,10 +19,8 @@ If the user starts talking again before the previous turn's ``done``, the new tu
 (buffered) and starts the moment the old one finishes, because vLLM runs one generation per
 connection and silently ignores a second non-final commit.
 
-Event handlers (besides :class:`STTService`'s ``on_connected``, ``on_disconnected`` and
-``on_connection_error``):
-
-    on_turn_metrics(service, metrics: TurnMetrics): after every final transcript.
+Event handlers: :class:`STTService`'s ``on_connected``, ``on_disconnected`` and
+``on_connection_error`` (with the reason).
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 from loguru import logger
@@ -51,29 +48,22 @@ from pipecat.services.stt_service import STTService
 from pipecat.utils.network import QuickFailureTracker, exponential_backoff_time
 from pipecat.utils.time import time_now_iso8601
 
-from agent.audio import StreamConverter, silence
-from agent.config import STTSettings as STTConfig
-from agent.stt.channels import (
-    ChannelError,
-    ChannelFactory,
-    RealtimeChannel,
-    websocket_channel_factory,
-)
+from agent.stt.audio import StreamConverter, silence
+from agent.stt.channels import ChannelError, ChannelFactory, RealtimeChannel
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.protocol import (
+    VOXTRAL_MODEL,
     Commit,
     ErrorEvent,
     ProtocolError,
-    SessionCreated,
-    SessionUpdate,
     TranscriptionDelta,
     TranscriptionDone,
     UnknownEvent,
     encode_pcm_append,
     parse_server_event,
 )
+from agent.stt.session import start_session
 from agent.stt.turn import BYTES_PER_SECOND, PreRoll, Turn, seconds_to_bytes
-
-VOXTRAL_MODEL = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 
 _WATCHDOG_PERIOD_S = 0.25
 _KEEP_FLOWING_AFTER_S = 0.5
@@ -84,19 +74,6 @@ _ERROR_HINTS = {
     "model_not_validated": "the session was not configured before audio was committed",
     "invalid_audio": "audio must be base64 PCM16 at 16 kHz",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class TurnMetrics:
-    """Latencies of one user turn, in seconds (``None`` when the moment never came)."""
-
-    first_delta_s: float | None
-    """From the start of the turn's generation to its first non-empty delta."""
-    final_after_commit_s: float | None
-    """From the final commit to ``transcription.done``."""
-    audio_s: float
-    text: str
-    usage: dict[str, Any] | None
 
 
 class VoxtralRealtimeSTTService(STTService):
@@ -118,17 +95,7 @@ class VoxtralRealtimeSTTService(STTService):
         *,
         channel_factory: ChannelFactory,
         settings: STTSettings | None = None,
-        preroll_s: float = 0.4,
-        chunk_ms: int = 20,
-        stall_timeout_s: float = 8.0,
-        final_timeout_s: float = 5.0,
-        max_generation_s: float = 600.0,
-        max_connection_age_s: float | None = None,
-        connect_timeout_s: float = 10.0,
-        reconnect_min_wait_s: float = 0.2,
-        reconnect_max_wait_s: float = 4.0,
-        reconnect_attempts: int = 5,
-        ttfs_p99_latency: float | None = 0.6,
+        params: RealtimeSTTParams | None = None,
         **kwargs: Any,
     ) -> None:
         """Create the service.
@@ -137,40 +104,22 @@ class VoxtralRealtimeSTTService(STTService):
             channel_factory: Opens a fresh channel to the realtime endpoint (called on start,
                 on every reconnect and on every connection rotation).
             settings: ``model`` must be the server's served model name.
-            preroll_s: Audio kept from before the VAD fired, sent at the start of each turn.
-            chunk_ms: Audio batched per append message (20 ms sends every pipeline frame).
-            stall_timeout_s: A generation with no server event for this long while audio
-                flows is restarted (with its audio replayed) and a warning is surfaced.
-            final_timeout_s: A final commit unanswered for this long is treated as a stall.
-            max_generation_s: A turn longer than this is split, so a monologue never runs
-                into the server's ``--max-model-len``.
-            max_connection_age_s: Rotate the connection between turns once it is this old
-                (SageMaker caps a connection's life); ``None`` never rotates.
-            connect_timeout_s: Limit for opening a channel and receiving ``session.created``.
-            reconnect_min_wait_s: Backoff floor between reconnect attempts.
-            reconnect_max_wait_s: Backoff ceiling between reconnect attempts.
-            reconnect_attempts: Consecutive failed attempts before the error is permanent.
-            ttfs_p99_latency: Measured P99 from end of speech to final transcript (see bench/).
+            params: Turn, watchdog and reconnect tuning (see :class:`RealtimeSTTParams`).
             **kwargs: Passed to :class:`STTService`.
         """
+        params = params or RealtimeSTTParams()
         default_settings = STTSettings(model=VOXTRAL_MODEL, language=None)
         if settings is not None:
             default_settings.apply_update(settings)
-        super().__init__(settings=default_settings, ttfs_p99_latency=ttfs_p99_latency, **kwargs)
+        kwargs.setdefault("ttfs_p99_latency", params.ttfs_p99_latency)
+        super().__init__(settings=default_settings, **kwargs)
         self._channel_factory = channel_factory
-        self._chunk_bytes = max(2, seconds_to_bytes(chunk_ms / 1000))
-        self._max_turn_bytes = seconds_to_bytes(max_generation_s + 60)
-        self._stall_timeout_s = stall_timeout_s
-        self._final_timeout_s = final_timeout_s
-        self._max_generation_s = max_generation_s
-        self._max_connection_age_s = max_connection_age_s
-        self._connect_timeout_s = connect_timeout_s
-        self._reconnect_min_wait_s = reconnect_min_wait_s
-        self._reconnect_max_wait_s = reconnect_max_wait_s
-        self._reconnect_attempts = reconnect_attempts
+        self._params = params
+        self._chunk_bytes = max(2, seconds_to_bytes(params.chunk_ms / 1000))
+        self._max_turn_bytes = seconds_to_bytes(params.max_generation_s + 60)
 
         self._converter = StreamConverter()
-        self._preroll = PreRoll(preroll_s)
+        self._preroll = PreRoll(params.preroll_s)
         self._turns: deque[Turn] = deque()  # head: the turn on the wire; tail: newer turns
         self._speaking = False
         self._input_rate = 0
@@ -189,7 +138,6 @@ class VoxtralRealtimeSTTService(STTService):
         self._connection_task: asyncio.Task[None] | None = None
         self._watchdog_task: asyncio.Task[None] | None = None
         self._quick_failures = QuickFailureTracker()
-        self._register_event_handler("on_turn_metrics")
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -360,8 +308,6 @@ class VoxtralRealtimeSTTService(STTService):
         if not delta or not self._turns or not self._generation_open:
             return
         turn = self._turns[0]
-        if turn.first_delta_at is None:
-            turn.first_delta_at = time.monotonic()
         turn.text += delta
         await self.push_frame(
             InterimTranscriptionFrame(turn.text.strip(), self._user_id, time_now_iso8601())
@@ -373,16 +319,11 @@ class VoxtralRealtimeSTTService(STTService):
             return
         turn = self._turns[0]
         text = event.text.strip() or turn.text.strip()
-        now = time.monotonic()
-        metrics = TurnMetrics(
-            first_delta_s=(turn.first_delta_at - self._generation_started_at)
-            if turn.first_delta_at
-            else None,
-            final_after_commit_s=(now - self._final_sent_at) if self._final_sent_at else None,
-            audio_s=turn.audio_bytes / BYTES_PER_SECOND,
-            text=text,
-            usage=event.usage,
-        )
+        if self._final_sent_at is not None:
+            logger.debug(
+                f"{self}: final after {time.monotonic() - self._final_sent_at:.3f} s "
+                f"({turn.audio_bytes / BYTES_PER_SECOND:.1f} s of audio)"
+            )
         if text:
             await self.emit_stt_usage_metrics()
             frame = TranscriptionFrame(text, self._user_id, time_now_iso8601(), result=event)
@@ -392,11 +333,6 @@ class VoxtralRealtimeSTTService(STTService):
         # is on its way); then the next waiting turn starts its generation.
         self._turns.popleft()
         await self._after_done()
-        logger.debug(
-            f"{self}: final {text!r} (first delta {metrics.first_delta_s}, "
-            f"final after commit {metrics.final_after_commit_s})"
-        )
-        await self._call_event_handler("on_turn_metrics", metrics)
 
     async def _on_error(self, event: ErrorEvent) -> None:
         code = event.code or "unknown"
@@ -411,21 +347,10 @@ class VoxtralRealtimeSTTService(STTService):
 
     async def _open_channel(self) -> RealtimeChannel:
         """Open a channel and configure its session (``session.created`` → ``session.update``)."""
-        channel = await asyncio.wait_for(self._channel_factory(), self._connect_timeout_s)
+        timeout_s = self._params.connect_timeout_s
+        channel = await asyncio.wait_for(self._channel_factory(), timeout_s)
         try:
-            async with asyncio.timeout(self._connect_timeout_s):
-                while True:
-                    event = parse_server_event(await channel.receive())
-                    if isinstance(event, SessionCreated):
-                        break
-                    if isinstance(event, ErrorEvent):
-                        raise ChannelError(f"server refused the session: {event.error}")
-            await channel.send(SessionUpdate(model=str(self._settings.model)).to_json())
-        except (TimeoutError, ProtocolError, ChannelError) as exc:
-            await channel.close()
-            if isinstance(exc, ChannelError):
-                raise
-            raise ChannelError(f"no session.created from the STT server: {exc!r}") from exc
+            await start_session(channel, model=str(self._settings.model), timeout_s=timeout_s)
         except BaseException:
             await channel.close()
             raise
@@ -440,7 +365,7 @@ class VoxtralRealtimeSTTService(STTService):
             except (ChannelError, TimeoutError, OSError) as exc:
                 failures += 1
                 retryable = getattr(exc, "retryable", True)
-                if not retryable or failures >= self._reconnect_attempts:
+                if not retryable or failures >= self._params.reconnect_attempts:
                     await self._give_up(f"cannot connect to the STT server: {exc}")
                     return
                 await self.push_error(f"{self}: cannot connect (attempt {failures}): {exc}")
@@ -457,7 +382,7 @@ class VoxtralRealtimeSTTService(STTService):
             if self._quick_failures.record(lived).should_give_up:
                 await self._give_up("the STT connection keeps failing right after connecting")
                 return
-            await asyncio.sleep(self._reconnect_min_wait_s)
+            await asyncio.sleep(self._params.reconnect_min_wait_s)
 
     async def _serve_channel(self, channel: RealtimeChannel) -> None:
         self._channel = channel
@@ -520,9 +445,9 @@ class VoxtralRealtimeSTTService(STTService):
     def _backoff(self, attempt: int) -> float:
         return exponential_backoff_time(
             attempt,
-            min_wait=self._reconnect_min_wait_s,
-            max_wait=self._reconnect_max_wait_s,
-            multiplier=self._reconnect_min_wait_s or 0.1,
+            min_wait=self._params.reconnect_min_wait_s,
+            max_wait=self._params.reconnect_max_wait_s,
+            multiplier=self._params.reconnect_min_wait_s or 0.1,
         )
 
     # ------------------------------------------------------------------ watchdog
@@ -542,8 +467,8 @@ class VoxtralRealtimeSTTService(STTService):
         if not self._generation_open:
             if (
                 not self._turns
-                and self._max_connection_age_s is not None
-                and now - self._connected_at > self._max_connection_age_s
+                and self._params.max_connection_age_s is not None
+                and now - self._connected_at > self._params.max_connection_age_s
             ):
                 logger.info(f"{self}: rotating the STT connection before its maximum age")
                 self._rotating = True
@@ -552,14 +477,14 @@ class VoxtralRealtimeSTTService(STTService):
         head = self._turns[0] if self._turns else None
         silent_for = now - self._last_event_at
         if self._final_sent_at is not None:
-            if silent_for > self._final_timeout_s:
+            if silent_for > self._params.final_timeout_s:
                 await self.push_error(
-                    f"{self}: no final transcript {self._final_timeout_s:.1f}s after the final "
-                    "commit; restarting the generation"
+                    f"{self}: no final transcript {self._params.final_timeout_s:.1f}s after "
+                    "the final commit; restarting the generation"
                 )
                 await self._restart_generation("final transcript overdue")
             return
-        if silent_for > self._stall_timeout_s and now - self._last_send_at < 1.0:
+        if silent_for > self._params.stall_timeout_s and now - self._last_send_at < 1.0:
             await self.push_error(
                 f"{self}: the STT server sent nothing for {silent_for:.1f}s while audio "
                 "flowed; restarting the generation"
@@ -570,41 +495,13 @@ class VoxtralRealtimeSTTService(STTService):
             # The transport went quiet mid-turn: keep audio flowing so the engine never idles.
             async with self._send_lock:
                 await self._send(encode_pcm_append(silence(0.1)))
-        if head is not None and now - self._generation_started_at > self._max_generation_s:
+        if head is not None and now - self._generation_started_at > self._params.max_generation_s:
             await self._split_turn()
 
     async def _split_turn(self) -> None:
         """End a very long turn here and carry on in a fresh generation."""
         if not self._speaking:
             return
-        logger.info(f"{self}: splitting a turn longer than {self._max_generation_s:.0f}s")
+        logger.info(f"{self}: splitting a turn longer than {self._params.max_generation_s:.0f}s")
         await self._end_turn()
         await self._start_turn()
-
-
-def stt_service_from_settings(settings: STTConfig, **kwargs: Any) -> VoxtralRealtimeSTTService:
-    """Build the service for the configured transport (WebSocket or SageMaker)."""
-    if settings.transport == "sagemaker":
-        from agent.stt.sagemaker import sagemaker_channel_factory
-
-        factory = sagemaker_channel_factory(settings.sagemaker)
-        max_age: float | None = settings.sagemaker.max_connection_age_s
-    else:
-        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
-        factory = websocket_channel_factory(settings.url, headers=headers)
-        max_age = None
-    return VoxtralRealtimeSTTService(
-        channel_factory=factory,
-        settings=STTSettings(model=settings.model),
-        preroll_s=settings.preroll_s,
-        chunk_ms=settings.chunk_ms,
-        stall_timeout_s=settings.stall_timeout_s,
-        final_timeout_s=settings.final_timeout_s,
-        max_generation_s=settings.max_generation_s,
-        max_connection_age_s=max_age,
-        reconnect_min_wait_s=settings.reconnect_min_wait_s,
-        reconnect_max_wait_s=settings.reconnect_max_wait_s,
-        reconnect_attempts=settings.reconnect_attempts,
-        ttfs_p99_latency=settings.ttfs_p99_latency,
-        **kwargs,
-    )

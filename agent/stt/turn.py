@@ -17,7 +17,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-BYTES_PER_SECOND = 16_000 * 2
+from agent.stt.protocol import SAMPLE_RATE
+
+BYTES_PER_SECOND = SAMPLE_RATE * 2
 
 
 def seconds_to_bytes(seconds: float) -> int:
@@ -35,13 +37,13 @@ class PreRoll:
         self.preroll_s = preroll_s
         self._chunks: deque[bytes] = deque()
         self._size = 0
-        self._use_format(16_000, 1)
+        self._use_format(SAMPLE_RATE, 1)
 
     def _use_format(self, sample_rate: int, channels: int) -> None:
         self.sample_rate, self.channels = sample_rate, channels
         self.capacity = int(self.preroll_s * sample_rate) * 2 * channels  # whole frames
 
-    def hear(self, pcm: bytes, sample_rate: int = 16_000, channels: int = 1) -> None:
+    def hear(self, pcm: bytes, sample_rate: int = SAMPLE_RATE, channels: int = 1) -> None:
         if (sample_rate, channels) != (self.sample_rate, self.channels):
             self.take()
             self._use_format(sample_rate, channels)
@@ -69,7 +71,6 @@ class Turn:
     started_at: float = field(default_factory=time.monotonic)
     ended: bool = False
     text: str = ""
-    first_delta_at: float | None = None
     recoveries: int = 0
     _audio: list[bytes] = field(default_factory=list)
     _size: int = 0

@@ -4,7 +4,8 @@ Twilio's flow: the number's voice webhook ``POST /telephony/twilio`` answers Twi
 the call to ``WS /telephony/twilio/ws``; Twilio then sends ``connected``, ``start`` (stream and
 call SIDs), 20 ms 8 kHz μ-law ``media`` frames, ``mark`` and finally ``stop``. Pipecat's
 :class:`TwilioFrameSerializer` converts μ-law to PCM and back and sends ``clear`` on an
-interruption, so Twilio drops bot audio it has queued when the caller barges in. The
+interruption, so Twilio drops bot audio it has queued when the caller barges in (ours,
+:mod:`agent.fastpath.twilio_serializer`, hands caller audio on in 60 ms frames). The
 transport (:class:`MediaStreamTransport`) asks the pipeline to run at the phone's 8 kHz, so
 the serializer never resamples, and to leave out RTVI, which a phone does not speak.
 
@@ -23,6 +24,7 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
@@ -31,39 +33,21 @@ from xml.sax.saxutils import quoteattr
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
 from loguru import logger
-from pipecat.audio.utils import ulaw_to_pcm
-from pipecat.audio.vad.vad_analyzer import VADAnalyzer
-from pipecat.frames.frames import (
-    CancelFrame,
-    EndFrame,
-    Frame,
-    InputAudioRawFrame,
-    StartFrame,
-    VADParamsUpdateFrame,
-)
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessorSetup
 from pipecat.serializers.base_serializer import FrameSerializer
-from pipecat.serializers.twilio import TwilioFrameSerializer
-from pipecat.transports.websocket.fastapi import (
-    FastAPIWebsocketInputTransport,
-    FastAPIWebsocketParams,
-    FastAPIWebsocketTransport,
-)
+from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
-from agent.transports import CallLogObserver, TaskFactory, run_pipeline
-from agent.transports.inline_vad import InlineVAD
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
+from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
+from agent.worker import CallTaskFactory, run_call_pipeline
 
 TELEPHONY_SAMPLE_RATE = 8000
 """The audio rate of a phone call's media stream (8 kHz μ-law)."""
 
 INPUT_FRAME_MS = 60
-"""Caller audio goes down the pipeline in frames this long (Twilio sends 20 ms). Every
-pipeline frame costs the same Pipecat queue hops and observer events whatever its length, so
-three media messages per frame cut the server's per-call CPU by about a third
-(``bench/capacity.py``), for at most 40 ms of input delay. (At 16 kHz, Pipecat's SOXR
-resampler in the serializer already bunched input into ~95 ms bursts.)"""
+"""Caller audio goes down the pipeline in frames this long (Twilio sends 20 ms): a third of
+the per-call CPU for at most 40 ms of input delay (see :mod:`agent.fastpath.twilio_serializer`)."""
 
 START_TIMEOUT_S = 10.0
 """How long a fresh media-stream socket may take to send its ``start`` message."""
@@ -150,7 +134,10 @@ class StreamStart:
 
 
 class TelephonyProvider(Protocol):
+    """One carrier's media streams: its webhook answer, its ``start``, its serializer."""
+
     name: str
+    ws_path: str
 
     async def answer_webhook(self, request: Request, *, busy: bool) -> Response: ...
 
@@ -160,51 +147,7 @@ class TelephonyProvider(Protocol):
 
     def authorize(self, start: StreamStart) -> bool: ...
 
-    def serializer(self, start: StreamStart, *, on_stop: Any) -> FrameSerializer: ...
-
-
-class _TwilioSerializer(TwilioFrameSerializer):
-    """Twilio's serializer, plus a callback when Twilio says the stream stopped, and caller
-    audio handed on in ``INPUT_FRAME_MS`` frames instead of Twilio's 20 ms ones."""
-
-    def __init__(self, start: StreamStart, on_stop: Any) -> None:
-        super().__init__(
-            start.stream_id,
-            start.call_id,
-            params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
-        )
-        self._on_stop = on_stop
-        self._pending = bytearray()  # μ-law not yet handed to the pipeline
-        self._frame_bytes = TELEPHONY_SAMPLE_RATE * INPUT_FRAME_MS // 1000
-
-    async def deserialize(self, data: str | bytes) -> Frame | None:
-        try:
-            message = json.loads(data)
-        except ValueError:
-            return await super().deserialize(data)  # logs what it could not read
-        if not isinstance(message, dict):  # valid JSON, but no Twilio message: Pipecat's
-            logger.warning(f"ignoring a media-stream message that is not an object: {data!r:.80}")
-            return None  # serializer would raise on it and end the call
-        event = message.get("event")
-        if event == "media":
-            payload = (message.get("media") or {}).get("payload")
-            if not payload:
-                return None
-            self._pending += base64.b64decode(payload)
-            if len(self._pending) < self._frame_bytes:
-                return None
-            ulaw = bytes(self._pending)
-            self._pending.clear()
-            pcm = await ulaw_to_pcm(
-                ulaw, self._twilio_sample_rate, self._sample_rate, self._input_resampler
-            )
-            if not pcm:
-                return None
-            return InputAudioRawFrame(audio=pcm, num_channels=1, sample_rate=self._sample_rate)
-        if event == "stop":
-            self._on_stop()
-            return None
-        return await super().deserialize(data)
+    def serializer(self, start: StreamStart, *, on_stop: Callable[[], None]) -> FrameSerializer: ...
 
 
 class TwilioProvider:
@@ -269,88 +212,21 @@ class TwilioProvider:
         given = start.parameters.get("token", "")
         return hmac.compare_digest(given, stream_token(start.call_id, token))
 
-    def serializer(self, start: StreamStart, *, on_stop: Any) -> FrameSerializer:
-        return _TwilioSerializer(start, on_stop)
+    def serializer(self, start: StreamStart, *, on_stop: Callable[[], None]) -> FrameSerializer:
+        return BatchingTwilioSerializer(
+            start.stream_id, start.call_id, on_stop=on_stop, frame_ms=INPUT_FRAME_MS
+        )
 
 
 # ---------------------------------------------------------------------------- calls
 
 
-class MediaStreamInputTransport(FastAPIWebsocketInputTransport):
-    """The media stream's input, able to host the call's VAD (:mod:`agent.transports.inline_vad`).
-
-    With a VAD in use, caller audio goes on from the receive task that decoded it, straight
-    into the next stage's queue, and is analysed right after; Pipecat's own audio queue and
-    task are not created. Without one it behaves exactly as Pipecat's input transport.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._vad: InlineVAD | None = None
-
-    def use_vad(self, analyzer: VADAnalyzer) -> None:
-        self._vad = InlineVAD(self, analyzer)
-
-    async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
-        await super().setup(setup)
-        if self._vad:
-            await self._vad.setup(setup)
-
-    async def cleanup(self) -> None:
-        await super().cleanup()
-        if self._vad:
-            await self._vad.cleanup()
-
-    async def start(self, frame: StartFrame) -> None:
-        if self._vad:  # before the receive task starts, so the params precede any audio
-            await self._vad.start()
-        await super().start(frame)
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if self._vad is None:
-            return
-        if isinstance(frame, (EndFrame, CancelFrame)):
-            await self._vad.stop()
-        elif isinstance(frame, VADParamsUpdateFrame):
-            await self._vad.process_frame(frame)
-
-    async def push_audio_frame(self, frame: InputAudioRawFrame) -> None:
-        if self._vad is None:
-            await super().push_audio_frame(frame)
-            return
-        if not self._params.audio_in_enabled or self._paused:
-            return
-        if self._params.audio_in_filter:
-            frame.audio = await self._params.audio_in_filter.filter(frame.audio)
-            if not frame.audio:
-                return
-        if self._params.audio_in_passthrough:
-            await self.push_frame(frame)
-        await self._vad.process_frame(frame)
-
-    def _create_audio_task(self) -> None:
-        # Pipecat's per-call audio queue and task; push_audio_frame does their job inline.
-        if self._vad is None:
-            super()._create_audio_task()
-
-
-class MediaStreamTransport(FastAPIWebsocketTransport):
-    """A phone call's media-stream WebSocket, with what the pipeline should know about it
-    (see :mod:`agent.transports`): its audio is 8 kHz, its client speaks no RTVI, and its
-    input can host the VAD (:class:`~agent.transports.inline_vad.HostsVAD`)."""
+class MediaStreamTransport(VADHostingWebsocketTransport):
+    """A phone call's media-stream WebSocket. Its traits (:mod:`agent.transports.traits`):
+    its audio is 8 kHz, its client speaks no RTVI, and its input can host the VAD."""
 
     pipeline_sample_rate = TELEPHONY_SAMPLE_RATE
     speaks_rtvi = False
-
-    def __init__(self, websocket: WebSocket, params: FastAPIWebsocketParams) -> None:
-        super().__init__(websocket, params)
-        self._input = MediaStreamInputTransport(
-            self, self._client, self._params, name=self._input_name
-        )
-
-    def input(self) -> MediaStreamInputTransport:
-        return self._input  # type: ignore[return-value]  # set in __init__ above
 
 
 class TelephonyCalls:
@@ -361,17 +237,18 @@ class TelephonyCalls:
         *,
         settings: Settings,
         registry: CallRegistry,
-        task_factory: TaskFactory,
-        providers: list[TwilioProvider] | None = None,
+        task_factory: CallTaskFactory,
+        providers: list[TelephonyProvider] | None = None,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._task_factory = task_factory
         self.router = APIRouter()
-        for provider in providers or [TwilioProvider(settings)]:
+        default: list[TelephonyProvider] = [TwilioProvider(settings)]
+        for provider in providers or default:
             self._add_routes(provider)
 
-    def _add_routes(self, provider: TwilioProvider) -> None:
+    def _add_routes(self, provider: TelephonyProvider) -> None:
         async def webhook(request: Request) -> Response:
             return await provider.answer_webhook(request, busy=not self._registry.has_capacity)
 
@@ -381,7 +258,7 @@ class TelephonyCalls:
         self.router.add_api_route(f"/telephony/{provider.name}", webhook, methods=["POST"])
         self.router.add_api_websocket_route(provider.ws_path, media)
 
-    async def serve_stream(self, websocket: WebSocket, provider: TwilioProvider) -> None:
+    async def serve_stream(self, websocket: WebSocket, provider: TelephonyProvider) -> None:
         """One media stream, from accept to close; the slot is taken before anything else."""
         try:
             call = self._registry.reserve(provider.name)
@@ -391,7 +268,7 @@ class TelephonyCalls:
             return
         await self._registry.run(call, self._stream(call, websocket, provider))
 
-    async def _stream(self, call: Call, websocket: WebSocket, provider: TwilioProvider) -> None:
+    async def _stream(self, call: Call, websocket: WebSocket, provider: TelephonyProvider) -> None:
         await websocket.accept()
         try:
             start = await asyncio.wait_for(_read_start(websocket, provider), START_TIMEOUT_S)
@@ -424,9 +301,7 @@ class TelephonyCalls:
                 serializer=provider.serializer(start, on_stop=on_stop),
             ),
         )
-        task = self._task_factory(
-            transport, self._settings, call_id=call.id, observers=[CallLogObserver(call)]
-        )
+        task = self._task_factory(transport, call)
         task_holder.append(task)
 
         @transport.event_handler("on_client_disconnected")
@@ -435,14 +310,14 @@ class TelephonyCalls:
             await task.cancel(reason="caller hung up")
 
         try:
-            await run_pipeline(task)
+            await run_call_pipeline(task)
         finally:
             if stop_tasks:
                 await asyncio.gather(*stop_tasks, return_exceptions=True)
             await _close_quietly(websocket, 1000, "call ended")
 
 
-async def _read_start(websocket: WebSocket, provider: TwilioProvider) -> StreamStart:
+async def _read_start(websocket: WebSocket, provider: TelephonyProvider) -> StreamStart:
     while True:
         text = await websocket.receive_text()
         try:

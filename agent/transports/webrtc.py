@@ -25,7 +25,6 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 from loguru import logger
-from pipecat.observers.base_observer import BaseObserver
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import IceServer, SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.request_handler import (
@@ -38,7 +37,7 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
-from agent.transports import CallLogObserver, TaskFactory, run_pipeline
+from agent.worker import CallTaskFactory, run_call_pipeline
 
 SESSION_TTL_S = 300.0
 """How long a ``/start`` session waits for its offer before it is forgotten."""
@@ -52,7 +51,7 @@ class WebRTCCalls:
         *,
         settings: Settings,
         registry: CallRegistry,
-        task_factory: TaskFactory,
+        task_factory: CallTaskFactory,
         connect_timeout_s: float = 30.0,
         keepalive_timeout_s: float = 4.0,
     ) -> None:
@@ -170,8 +169,7 @@ class WebRTCCalls:
             webrtc_connection=connection,
             params=TransportParams(audio_in_enabled=True, audio_out_enabled=True),
         )
-        observers: list[BaseObserver] = [CallLogObserver(call)]
-        task = self._task_factory(transport, self._settings, call_id=call.id, observers=observers)
+        task = self._task_factory(transport, call)
 
         @transport.event_handler("on_client_disconnected")
         async def _left(_transport: Any, _client: Any) -> None:
@@ -180,7 +178,7 @@ class WebRTCCalls:
 
         watchdog = asyncio.create_task(self._watch(call, connection, task), name=f"watch:{call.id}")
         try:
-            await run_pipeline(task)
+            await run_call_pipeline(task)
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)

@@ -1,12 +1,6 @@
-"""Voice activity detection shared across calls: one Silero model per process, batched."""
+"""One batched Silero VAD model for the whole process (the analyzer that uses it lives in
+:mod:`agent.fastpath.shared_silero`, beside the Pipecat code it mirrors)."""
 
 from agent.vad.batcher import BatcherStats, SileroBatcher, SileroStream, shared_batcher
-from agent.vad.shared_silero import SharedSileroVADAnalyzer
 
-__all__ = [
-    "BatcherStats",
-    "SharedSileroVADAnalyzer",
-    "SileroBatcher",
-    "SileroStream",
-    "shared_batcher",
-]
+__all__ = ["BatcherStats", "SileroBatcher", "SileroStream", "shared_batcher"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import PROFILES, ConfigError, load_settings
+from agent.stt.params import RealtimeSTTParams
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +60,24 @@ def test_a_wrong_value_names_the_setting_and_the_variable_to_fix_it(
     message = str(caught.value)
     assert "stt.url" in message and "ws://" in message
     assert "VOICE_AGENT_STT__URL" in message
+
+
+def test_a_wrong_stt_knob_names_the_knob_and_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VOICE_AGENT_STT__PARAMS__PREROLL_S", "5")
+    with pytest.raises(ConfigError) as caught:
+        load_settings("default")
+    message = str(caught.value)
+    assert "stt.params.preroll_s" in message and "between 0.0 and 2.0" in message
+    assert "VOICE_AGENT_STT__PARAMS__PREROLL_S" in message
+
+
+def test_stt_knobs_are_the_services_own_params(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VOICE_AGENT_STT__PARAMS__CHUNK_MS", "40")
+    params = load_settings("default").stt.params
+    assert isinstance(params, RealtimeSTTParams)
+    assert params.chunk_ms == 40 and params.ttfs_p99_latency == 1.0  # env + profile file
 
 
 def test_an_unknown_setting_is_refused_not_ignored(tmp_path: Path) -> None:

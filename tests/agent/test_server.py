@@ -13,7 +13,6 @@ import httpx
 import pytest
 import websockets
 from fastapi import FastAPI
-from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
@@ -23,13 +22,7 @@ from agent.stt.protocol import SessionCreated
 from tests.agent.transports.stack import background, running_server
 
 
-def _never_called(
-    transport: BaseTransport,
-    settings: Settings,
-    *,
-    call_id: str,
-    observers: list[BaseObserver] | None = None,
-) -> PipelineWorker:
+def _never_called(transport: BaseTransport, settings: Settings, *, call_id: str) -> PipelineWorker:
     raise AssertionError("no call should start in these tests")
 
 
@@ -70,7 +63,7 @@ def settings_for(stt_url: str, llm_url: str | None, tts_url: str, **server: Any)
 
 async def test_healthz_and_readyz_when_everything_answers(stt_peer: str, http_peer: str) -> None:
     settings = settings_for(stt_peer, f"{http_peer}/v1", f"{http_peer}/v1")
-    app = create_app(settings, task_factory=_never_called)
+    app = create_app(settings, pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         health = await http.get("/healthz")
         assert health.status_code == 200
@@ -89,7 +82,7 @@ async def test_healthz_and_readyz_when_everything_answers(stt_peer: str, http_pe
 async def test_readyz_is_503_and_names_what_is_down(http_peer: str) -> None:
     dead = "ws://127.0.0.1:9/v1/realtime"  # discard port: nothing listens
     settings = settings_for(dead, "http://127.0.0.1:9/v1", f"{http_peer}/v1")
-    app = create_app(settings, task_factory=_never_called)
+    app = create_app(settings, pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 503
@@ -98,7 +91,7 @@ async def test_readyz_is_503_and_names_what_is_down(http_peer: str) -> None:
 
 
 async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: str) -> None:
-    app = create_app(settings_for(stt_peer, None, f"{http_peer}/v1"), task_factory=_never_called)
+    app = create_app(settings_for(stt_peer, None, f"{http_peer}/v1"), pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 200
@@ -107,7 +100,7 @@ async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: s
 
 def test_the_playground_is_served_offline() -> None:
     settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
-    with running_server(settings, task_factory=_never_called) as (url, _app):
+    with running_server(settings, pipeline=_never_called) as (url, _app):
         for path in ("/", "/client"):
             page = httpx.get(url + path)
             assert page.status_code == 200 and "<title>Voice agent playground</title>" in page.text
@@ -135,7 +128,7 @@ async def test_bad_webrtc_requests_get_clear_errors_and_start_nothing(
     method: str, path: str, body: Any, status: int
 ) -> None:
     settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
-    app = create_app(settings, task_factory=_never_called)
+    app = create_app(settings, pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         response = await http.request(method, path, json=body)
     assert response.status_code == status, response.text
@@ -152,7 +145,7 @@ async def test_start_returns_a_session_and_the_configured_ice_servers() -> None:
             {"urls": "turn:turn.example.org:3478", "username": "u", "credential": "p"},
         ],
     )
-    app = create_app(settings, task_factory=_never_called)
+    app = create_app(settings, pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         start = await http.post("/start", json={})
     assert start.status_code == 200
@@ -163,3 +156,37 @@ async def test_start_returns_a_session_and_the_configured_ice_servers() -> None:
             {"urls": "turn:turn.example.org:3478", "username": "u", "credential": "p"},
         ]
     }
+
+
+async def test_the_operator_api_is_off_without_a_token() -> None:
+    settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
+    app = create_app(settings, pipeline=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        response = await http.get("/calls/webrtc-1-abc")
+    assert response.status_code == 404 and "server.api_token" in response.json()["detail"]
+
+
+async def test_a_calls_transcript_is_served_to_the_operator_only() -> None:
+    settings = settings_for(
+        "ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9", api_token="s3cret"
+    )
+    app = create_app(settings, pipeline=_never_called)
+    registry = app.state.registry
+    ended, running = registry.reserve("twilio"), registry.reserve("webrtc")
+    ended.user_transcript.append("what time is it")
+    ended.bot_transcript.append("It is noon.")
+    ended.release()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        stranger = await http.get(f"/calls/{ended.id}", headers={"Authorization": "Bearer no"})
+        anonymous = await http.get(f"/calls/{ended.id}")
+        operator = {"Authorization": "Bearer s3cret"}
+        record = (await http.get(f"/calls/{ended.id}", headers=operator)).json()
+        live = (await http.get(f"/calls/{running.id}", headers=operator)).json()
+        unknown = await http.get("/calls/twilio-99-nothing", headers=operator)
+    assert stranger.status_code == anonymous.status_code == 401
+    assert record["user_transcript"] == ["what time is it"]
+    assert record["bot_transcript"] == ["It is noon."]
+    assert not record["active"] and record["ended_at"] >= record["started_at"]
+    assert live["active"] and live["ended_at"] is None
+    assert unknown.status_code == 404
+    running.release()

@@ -13,11 +13,12 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from agent.stt.protocol import VOXTRAL_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTAINER = ROOT / "container"
@@ -110,8 +111,11 @@ def test_bridge_import_path_holds_the_copied_bridge() -> None:
 
 
 def test_served_model_name_matches_the_sagemaker_profile() -> None:
-    profile = tomllib.loads((ROOT / "config" / "sagemaker.toml").read_text())
-    assert env_values()["SM_VLLM_SERVED_MODEL_NAME"] == profile["stt"]["model"]
+    """The image serves under the name the agent's sagemaker profile asks for."""
+    from agent.config import load_settings
+
+    served = env_values()["SM_VLLM_SERVED_MODEL_NAME"]
+    assert served == load_settings("sagemaker").stt.model == VOXTRAL_MODEL
 
 
 def test_requirements_are_pinned_to_what_the_tests_run() -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.stt.protocol import VOXTRAL_MODEL
+
 from .conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +160,7 @@ def test_default_flags_ping_and_vllm_death(start_entrypoint: Callable[..., Entry
         "serve", "/opt/ml/model",
         "--host", "127.0.0.1", "--port", str(entry.vllm_port),
         *VOXTRAL_FLAGS,
-        "--served-model-name", "mistralai/Voxtral-Mini-4B-Realtime-2602",
+        "--served-model-name", VOXTRAL_MODEL,  # the container's default is the agent's
         "--max-model-len", "45000",
         "--seed", "7",
     ]  # fmt: skip

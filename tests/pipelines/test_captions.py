@@ -10,7 +10,7 @@ import pytest
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 
-from agent.audio import StreamConverter, silence
+from agent.stt.audio import StreamConverter, silence
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import TranscriptEvent
 from agent.stt.service import VoxtralRealtimeSTTService

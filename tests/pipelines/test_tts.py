@@ -15,7 +15,8 @@ from pipecat.tests.utils import run_test
 
 from agent.config import TTSSettings
 from agent.local.piper_server import voice_name
-from agent.tts import OpenAISpeechService, PiperHTTPTTSService, tts_service_from_settings
+from agent.tts import OpenAISpeechService, PiperHTTPTTSService
+from pipelines.services import tts_service
 from tests.pipelines.conftest import free_port, requires_piper_http
 from tests.pipelines.servers import SpeechServer
 
@@ -31,7 +32,7 @@ def audio_of(frames: list[object]) -> tuple[np.ndarray, int]:
 
 @requires_piper_http
 async def test_piper_server_speaks_through_our_http_service(piper_url: str) -> None:
-    service = tts_service_from_settings(TTSSettings(kind="piper", base_url=piper_url))
+    service = tts_service(TTSSettings(kind="piper", base_url=piper_url))
     assert isinstance(service, PiperHTTPTTSService)
     down, up = await run_test(
         service,
@@ -57,9 +58,9 @@ async def test_unreachable_piper_is_an_error_frame_not_a_crash() -> None:
 def test_piper_is_never_imported_into_our_process() -> None:
     """GPL-3.0 piper-tts must stay out of process: importing the pipeline must not load it."""
     code = (
-        "import sys, agent.tts, agent.serve, pipelines.voice_agent; "
+        "import sys, agent.tts, agent.serve, pipelines.voice_agent, pipelines.services; "
         "from agent.config import TTSSettings; "
-        "agent.tts.tts_service_from_settings(TTSSettings()); "
+        "pipelines.services.tts_service(TTSSettings()); "
         "sys.exit(3 if 'piper' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
@@ -87,7 +88,7 @@ async def test_openai_speech_sends_model_voice_key_and_plays_pcm(
         api_key="secret-key",
         sample_rate=24000,
     )
-    service = tts_service_from_settings(settings)
+    service = tts_service(settings)
     assert isinstance(service, OpenAISpeechService)
     down, _ = await run_test(service, frames_to_send=[TTSSpeakFrame("Hi there.")])
     samples, rate = audio_of(list(down))

@@ -19,7 +19,8 @@ from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAg
 from pipecat.workers.runner import WorkerRunner
 
 from agent.config import Settings, load_settings
-from pipelines.voice_agent import PIPELINE_SAMPLE_RATE, build_voice_agent_task
+from agent.stt import SAMPLE_RATE
+from pipelines.voice_agent import build_voice_agent_task
 from tests.conftest import requires_espeak
 from tests.pipelines.conftest import requires_piper_http
 from tests.pipelines.loopback import LoopbackTransport
@@ -65,7 +66,7 @@ class Call:
 
     async def say(self, text: str) -> float:
         """Speak ``text`` (espeak) and return the moment its last audio frame went in."""
-        return await self.transport.input().say(speech_at(text, PIPELINE_SAMPLE_RATE))
+        return await self.transport.input().say(speech_at(text, SAMPLE_RATE))
 
     async def wait_for(self, predicate: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

@@ -6,15 +6,12 @@ import asyncio
 
 from openai import AsyncOpenAI
 
-from agent.config import LLMSettings
-from agent.llm import OpenAICompatibleLLMService, llm_from_settings
+from agent.llm import OpenAICompatibleLLMService
 from agent.llm.clients import close_shared_clients, shared_openai_client
 
 
 def llm_for(base_url: str, api_key: str = "k") -> OpenAICompatibleLLMService:
-    service = llm_from_settings(LLMSettings(base_url=base_url, api_key=api_key, model="m"))
-    assert isinstance(service, OpenAICompatibleLLMService)
-    return service
+    return OpenAICompatibleLLMService(api_key=api_key, base_url=base_url)
 
 
 async def test_calls_to_one_server_share_a_client_and_other_servers_get_their_own() -> None:

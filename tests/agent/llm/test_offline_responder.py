@@ -12,8 +12,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
-from agent.config import LLMSettings
-from agent.llm import OfflineResponder, OpenAICompatibleLLMService, llm_from_settings
+from agent.llm import OfflineResponder
 
 
 async def reply_to(messages: list[dict[str, object]]) -> str:
@@ -45,10 +44,3 @@ async def test_reads_text_parts_and_handles_silence() -> None:
 def test_template_must_hold_the_text() -> None:
     with pytest.raises(ValueError, match="text"):
         OfflineResponder(template="Hello")
-
-
-def test_settings_choose_the_turn_handler() -> None:
-    assert isinstance(llm_from_settings(LLMSettings()), OfflineResponder)
-    llm = llm_from_settings(LLMSettings(base_url="http://127.0.0.1:9/v1", model="m"))
-    assert isinstance(llm, OpenAICompatibleLLMService)
-    assert llm.supports_developer_role is False  # vLLM chat templates reject "developer"

@@ -6,9 +6,7 @@ from typing import Any
 
 import pytest
 
-from agent.config import LLMSettings
-from agent.llm import configured_tools, llm_context
-from agent.llm.tools import GET_CURRENT_TIME, UnknownTool, get_current_time, tools_named
+from agent.llm.tools import UnknownTool, get_current_time, tools_named
 
 
 class Params:
@@ -39,9 +37,3 @@ async def test_get_current_time_explains_a_bad_zone() -> None:
 def test_unknown_tool_names_the_known_ones() -> None:
     with pytest.raises(UnknownTool, match="get_current_time"):
         tools_named(["launch_rockets"])
-
-
-def test_no_tools_by_default_and_context_advertises_configured_ones() -> None:
-    assert configured_tools(LLMSettings()) == []
-    context = llm_context(LLMSettings(), tools=[GET_CURRENT_TIME])
-    assert [t.name for t in context.tools.standard_tools] == ["get_current_time"]  # type: ignore[union-attr]

@@ -16,8 +16,9 @@ from agent.calls import CallLimitReached, CallRegistry
 from agent.config import STTSettings
 from agent.observability.metrics import STAGES, AgentMetrics
 from agent.observability.turn_latency import TurnLatencyObserver
+from agent.stt import RealtimeSTTParams
 from agent.stt.protocol import ErrorEvent, SessionCreated
-from agent.stt.service import stt_service_from_settings
+from pipelines.services import stt_service
 
 
 def scrape(metrics: AgentMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -94,8 +95,12 @@ async def test_stt_reconnects_and_errors_are_counted(
     from pipecat.workers.runner import WorkerRunner
 
     url, seen = flaky_stt_peer
-    stt = stt_service_from_settings(
-        STTSettings(url=url, model="m", reconnect_min_wait_s=0.05, reconnect_max_wait_s=0.2)
+    stt = stt_service(
+        STTSettings(
+            url=url,
+            model="m",
+            params=RealtimeSTTParams(reconnect_min_wait_s=0.05, reconnect_max_wait_s=0.2),
+        )
     )
     metrics = AgentMetrics(process=False)
     worker = PipelineWorker(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import SageMakerSettings
 from agent.stt.client import RealtimeTranscriber
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.sagemaker import ENDPOINT_URL_ENV, sagemaker_channel_factory
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.conftest import requires_espeak
@@ -46,13 +46,14 @@ async def runtime(asr_server_url: str, tls: LoopbackTLS) -> AsyncIterator[SageMa
 def service_for(
     runtime: SageMakerRuntimeStandIn, model: str, **options: object
 ) -> VoxtralRealtimeSTTService:
-    settings = SageMakerSettings(endpoint_name=ENDPOINT, region=REGION, endpoint_url=runtime.url)
     defaults: dict[str, object] = {"preroll_s": 0.0, "reconnect_min_wait_s": 0.05}
     defaults.update(options)
     return VoxtralRealtimeSTTService(
-        channel_factory=sagemaker_channel_factory(settings),
+        channel_factory=sagemaker_channel_factory(
+            endpoint_name=ENDPOINT, region=REGION, endpoint_url=runtime.url
+        ),
         settings=VoxtralRealtimeSTTService.Settings(model=model),
-        **defaults,  # type: ignore[arg-type]
+        params=RealtimeSTTParams(**defaults),  # type: ignore[arg-type]
     )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from agent.stt.channels import websocket_channel_factory
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.agent.stt.harness import SttHarness
 from tests.agent.stt.strict_peer import StrictPeer
@@ -34,7 +35,7 @@ def make_service(url: str, **kwargs: object) -> VoxtralRealtimeSTTService:
     return VoxtralRealtimeSTTService(
         channel_factory=websocket_channel_factory(url),
         settings=VoxtralRealtimeSTTService.Settings(model=MODEL),
-        **options,  # type: ignore[arg-type]
+        params=RealtimeSTTParams(**options),  # type: ignore[arg-type]
     )
 
 
@@ -79,7 +80,7 @@ async def test_preroll_carries_the_audio_heard_just_before_the_vad_fired() -> No
 async def test_idle_phone_audio_is_kept_as_it_came_and_resampled_only_when_a_turn_starts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agent.audio import StreamConverter
+    from agent.stt.audio import StreamConverter
 
     resampled: list[int] = []
     convert = StreamConverter.convert

@@ -15,6 +15,7 @@ import pytest
 
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import RealtimeTranscriber
+from agent.stt.params import RealtimeSTTParams
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.agent.stt.dropping_relay import DroppingRelay
 from tests.conftest import requires_espeak
@@ -29,9 +30,7 @@ def service_for(url: str, model: str) -> VoxtralRealtimeSTTService:
     return VoxtralRealtimeSTTService(
         channel_factory=websocket_channel_factory(url),
         settings=VoxtralRealtimeSTTService.Settings(model=model),
-        preroll_s=0.0,
-        reconnect_min_wait_s=0.05,
-        final_timeout_s=15,
+        params=RealtimeSTTParams(preroll_s=0.0, reconnect_min_wait_s=0.05, final_timeout_s=15),
     )
 
 

@@ -29,8 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from agent.config import Settings, load_settings
-from agent.server import create_app
-from agent.transports import TaskFactory
+from agent.server import PipelineFactory, create_app
 from tests.conftest import BackgroundServer
 
 ESPEAK_RATE = 22_050
@@ -91,9 +90,9 @@ def stack_settings(
 
 @contextmanager
 def running_server(
-    settings: Settings, *, task_factory: TaskFactory | None = None
+    settings: Settings, *, pipeline: PipelineFactory | None = None
 ) -> Iterator[tuple[str, FastAPI]]:
-    app = create_app(settings, task_factory=task_factory)
+    app = create_app(settings, pipeline=pipeline)
     with background(app) as url:
         yield url, app
 

@@ -1,4 +1,5 @@
-"""The Twilio serializer hands caller audio down the pipeline in ``INPUT_FRAME_MS`` frames."""
+"""The batching Twilio serializer hands caller audio down the pipeline in ``INPUT_FRAME_MS``
+frames, with exactly the samples Pipecat's own serializer decodes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 from pipecat.frames.frames import InputAudioRawFrame
 from pipecat.serializers.base_serializer import FrameSerializer
+from pipecat.serializers.twilio import TwilioFrameSerializer
 
 from agent.config import load_settings
 from agent.transports.telephony import (
@@ -66,3 +68,24 @@ async def test_stop_calls_back_and_garbage_is_dropped() -> None:
     assert not stops
     assert await ser.deserialize(json.dumps({"event": "stop", "streamSid": "MZ1"})) is None
     assert stops == [1]
+
+
+async def test_the_same_samples_as_pipecats_own_serializer() -> None:
+    stock = TwilioFrameSerializer(
+        "MZ1", "CA1", params=TwilioFrameSerializer.InputParams(auto_hang_up=False)
+    )
+    await stock.setup(SimpleNamespace(audio_in_sample_rate=TELEPHONY_SAMPLE_RATE))  # type: ignore[arg-type]
+    ours = await serializer([])
+    tone = (3000 * np.sin(np.arange(12 * FRAME_BYTES) * 0.05)).astype("<i2").tobytes()
+    ulaw = audioop.lin2ulaw(tone, 2)
+    stock_audio, our_audio = b"", b""
+    for i in range(0, len(ulaw), FRAME_BYTES):
+        message = media(ulaw[i : i + FRAME_BYTES])
+        stock_frame, our_frame = await stock.deserialize(message), await ours.deserialize(message)
+        assert isinstance(stock_frame, InputAudioRawFrame)
+        stock_audio += stock_frame.audio
+        if our_frame is not None:
+            assert isinstance(our_frame, InputAudioRawFrame)
+            assert our_frame.sample_rate == stock_frame.sample_rate
+            our_audio += our_frame.audio
+    assert our_audio == stock_audio

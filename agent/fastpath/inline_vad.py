@@ -11,13 +11,16 @@ the frame and can hand it on at once.
 same ``VADController``, the same frames (``VADUserStartedSpeakingFrame``,
 ``VADUserStoppedSpeakingFrame``, periodic ``UserSpeakingFrame``, ``SpeechControlParamsFrame``)
 broadcast both ways, the audio pushed downstream first and analysed after, as
-``VADProcessor`` does. A transport whose input hosts one says so with :class:`HostsVAD`; the
-pipeline then leaves ``VADProcessor`` out.
+``VADProcessor`` does. A transport whose input hosts one says so with
+:class:`~agent.transports.traits.HostsVAD`; the pipeline then leaves ``VADProcessor`` out.
+
+Mirrors ``pipecat.processors.audio.vad_processor.VADProcessor`` (Pipecat 1.14.0).
+Equivalence: ``tests/agent/fastpath/test_inline_vad.py``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer
@@ -31,15 +34,6 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor, FrameProcessorSetup
-
-
-@runtime_checkable
-class HostsVAD(Protocol):
-    """An input transport that runs the call's VAD itself (see :class:`InlineVAD`)."""
-
-    def use_vad(self, analyzer: VADAnalyzer) -> None:
-        """Analyse the caller's audio with ``analyzer``; call before the pipeline starts."""
-        ...
 
 
 class InlineVAD:

@@ -1,5 +1,5 @@
-"""The call's observers: grouped (:class:`ObserverGroup`), called inline by the worker
-(:func:`observe_inline`), and Pipecat's idle timeout as one timer (:class:`IdleCallWatch`)."""
+"""Observers called inline: grouped (:class:`ObserverGroup`) and handed every event the way
+Pipecat's ``WorkerObserver`` hands it to its proxied observers (:func:`observe_inline`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     TextFrame,
-    TranscriptionFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FrameProcessed, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
@@ -20,7 +19,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.asyncio.task_manager import TaskManager
 from pipecat.workers.runner import WorkerRunner
 
-from agent.transports import IdleCallWatch, InlineWorkerObserver, ObserverGroup, observe_inline
+from agent.fastpath.inline_observers import InlineWorkerObserver, ObserverGroup, observe_inline
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -144,60 +143,29 @@ async def test_observe_inline_refuses_a_worker_that_already_runs_its_observers()
         observe_inline(worker, [])  # no plain WorkerObserver left to replace
 
 
-async def test_an_idle_call_is_cancelled_and_a_lively_one_is_not() -> None:
-    idle_worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
-    watch = IdleCallWatch(idle_worker, timeout_s=0.3)
-    observe_inline(idle_worker, [watch])
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(idle_worker)
-    await asyncio.wait_for(runner.run(), 10)  # ends on its own: nothing happened
-    assert watch.timed_out
-
-    busy_worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
-    busy_watch = IdleCallWatch(busy_worker, timeout_s=0.3)
-    observe_inline(busy_worker, [busy_watch])
-
-    async def talk() -> None:
-        for _ in range(8):  # transcripts keep the call alive past several timeouts
-            await busy_worker.queue_frame(TranscriptionFrame("hi", "user", "now"))
-            await asyncio.sleep(0.1)
-        await busy_worker.queue_frame(EndFrame())
-
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(busy_worker)
-    await asyncio.wait_for(asyncio.gather(runner.run(), talk()), 10)
-    assert not busy_watch.timed_out
-
-
-def test_idle_watch_needs_a_positive_timeout() -> None:
-    worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
-    with pytest.raises(ValueError, match="timeout_s"):
-        IdleCallWatch(worker, timeout_s=0)
-
-
-async def test_the_voice_agent_worker_observes_inline_with_an_idle_watch() -> None:
-    from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
-
-    from agent.config import load_settings
-    from agent.transports.telephony import MediaStreamTransport
-    from pipelines.voice_agent import build_voice_agent_task
-
-    transport = MediaStreamTransport(
-        websocket=_NoSocket(),  # type: ignore[arg-type]
-        params=FastAPIWebsocketParams(audio_in_enabled=True, audio_out_enabled=True),
+async def test_inline_observers_see_what_pipecats_proxied_observers_see() -> None:
+    """The same frames, with the same first-push marks, as an observer run by Pipecat."""
+    stock, inline = Recorder(), Recorder()
+    stock_worker = PipelineWorker(
+        Pipeline([Echo(), Echo()]), observers=[stock], idle_timeout_secs=None, enable_rtvi=False
     )
-    extra = Recorder(every_push=False)
-    worker = build_voice_agent_task(
-        transport, load_settings("default"), call_id="c1", observers=[extra]
+    inline_worker = PipelineWorker(
+        Pipeline([Echo(), Echo()]), idle_timeout_secs=None, enable_rtvi=False
     )
-    observer = worker._observer
-    assert isinstance(observer, InlineWorkerObserver)
-    members = observer._inline._observers
-    assert extra in members and any(isinstance(m, IdleCallWatch) for m in members)
-    assert not observer._observers  # no Pipecat-proxied observer (idle, RTVI) on a phone call
+    observe_inline(inline_worker, [inline])
+    await run_worker(stock_worker, TextFrame("hello"), TextFrame("again"))
+    await run_worker(inline_worker, TextFrame("hello"), TextFrame("again"))
 
+    def seen(recorder: Recorder) -> list[tuple[str, str, str, bool]]:
+        return [
+            (
+                type(d.frame).__name__,
+                d.source.name.split("#")[0],
+                d.destination.name.split("#")[0],
+                d.first_push,
+            )
+            for d in recorder.pushes
+            if isinstance(d.frame, TextFrame)
+        ]
 
-class _NoSocket:
-    """Enough of a WebSocket to build (not run) a transport."""
-
-    client_state = application_state = None
+    assert seen(inline) == seen(stock) and seen(stock)

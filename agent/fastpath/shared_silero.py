@@ -23,6 +23,10 @@ works synchronously (one unbatched run on the shared session) for code that call
 Windows of one call are sequential (each needs the state the previous one left), so one call
 never has two windows in a batch, and ``analyze_audio`` calls on one analyzer are serialized
 by a lock, as the stock executor serializes them.
+
+Mirrors ``pipecat.audio.vad.vad_analyzer.VADAnalyzer.analyze_audio`` / ``_run_analyzer`` and
+``pipecat.audio.vad.silero.SileroVADAnalyzer`` (Pipecat 1.14.0). Equivalence:
+``tests/agent/fastpath/test_shared_silero.py``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """PCM16 audio helpers: read WAV files of any rate and channel count, and convert streams to
-the 16 kHz mono the realtime endpoint needs.
+the 16 kHz mono (:data:`~agent.stt.protocol.SAMPLE_RATE`) the realtime endpoint needs.
 
 Conversion is done once per frame, in numpy, with no work at all when the input already is
 16 kHz mono (the pipeline's own rate), so the common path costs nothing.
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-TARGET_RATE = 16_000
+from agent.stt.protocol import SAMPLE_RATE
 
 
 class AudioFormatError(ValueError):
@@ -77,7 +77,7 @@ def downmix(pcm: bytes, channels: int) -> bytes:
     return mono.astype("<i2").tobytes()
 
 
-def resample(pcm: bytes, from_rate: int, to_rate: int = TARGET_RATE) -> bytes:
+def resample(pcm: bytes, from_rate: int, to_rate: int = SAMPLE_RATE) -> bytes:
     """Resample a whole mono buffer (files, tests); streams use :class:`StreamConverter`."""
     if from_rate == to_rate or not pcm:
         return pcm
@@ -85,7 +85,7 @@ def resample(pcm: bytes, from_rate: int, to_rate: int = TARGET_RATE) -> bytes:
     return soxr.resample(samples, from_rate, to_rate, quality="HQ").astype("<i2").tobytes()
 
 
-def to_target(audio: PcmAudio, to_rate: int = TARGET_RATE) -> bytes:
+def to_target(audio: PcmAudio, to_rate: int = SAMPLE_RATE) -> bytes:
     """Whole-buffer conversion to mono PCM16 at ``to_rate``."""
     return resample(downmix(audio.pcm, audio.channels), audio.sample_rate, to_rate)
 
@@ -98,7 +98,7 @@ class StreamConverter:
     audio; :meth:`flush` returns them at the end of an utterance.
     """
 
-    def __init__(self, to_rate: int = TARGET_RATE) -> None:
+    def __init__(self, to_rate: int = SAMPLE_RATE) -> None:
         self._to_rate = to_rate
         self._format: tuple[int, int] | None = None
         self._stream: soxr.ResampleStream | None = None
@@ -126,5 +126,5 @@ class StreamConverter:
         return tail
 
 
-def silence(duration_s: float, sample_rate: int = TARGET_RATE) -> bytes:
+def silence(duration_s: float, sample_rate: int = SAMPLE_RATE) -> bytes:
     return b"\x00\x00" * int(duration_s * sample_rate)

@@ -25,40 +25,14 @@ from pipecat.pipeline.worker import PipelineParams
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.tests.utils import run_test
 
-from agent.vad import SharedSileroVADAnalyzer, SileroBatcher, SileroStream
-from agent.vad.batcher import infer, silero_session
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.vad import SileroBatcher, SileroStream
 from tests.conftest import requires_espeak
-from tests.speech import SENTENCES, speech_at
+from tests.speech import conversation, frames_of
 
 pytestmark = requires_espeak
 
 HANG_GUARD_S = 60.0  # only stops a hung test; nothing here asserts speed
-
-
-def conversation(sample_rate: int, *, first: int = 0, gaps: tuple[float, ...] = (0.6, 2.6, 1.2)):
-    """PCM16: quiet, then a sentence after each gap, then 2.5 s of quiet; low noise throughout."""
-    rng = np.random.default_rng(first)
-    parts: list[np.ndarray] = []
-    for index, gap in enumerate(gaps):
-        parts.append(np.zeros(int(gap * sample_rate), np.int16))
-        sentence = SENTENCES[(first + index) % len(SENTENCES)]
-        parts.append(np.frombuffer(speech_at(sentence, sample_rate), np.int16))
-    parts.append(np.zeros(int(2.5 * sample_rate), np.int16))
-    audio = np.concatenate(parts).astype(np.int32) + rng.integers(-20, 21, sum(map(len, parts)))
-    return np.clip(audio, -32768, 32767).astype(np.int16).tobytes()
-
-
-def frames_of(pcm: bytes, frame_bytes: int | None, seed: int = 0) -> list[bytes]:
-    """Fixed-size frames, or (``None``) random sizes from 2 bytes to ~5 windows."""
-    if frame_bytes is not None:
-        return [pcm[i : i + frame_bytes] for i in range(0, len(pcm), frame_bytes)]
-    rng = np.random.default_rng(seed)
-    frames, offset = [], 0
-    while offset < len(pcm):
-        size = int(rng.integers(2, 5000))
-        frames.append(pcm[offset : offset + size])
-        offset += size
-    return frames
 
 
 class StockRecorder(SileroVADAnalyzer):
@@ -194,69 +168,6 @@ async def test_bad_input_fails_only_its_own_call() -> None:
         SharedSileroVADAnalyzer().set_sample_rate(24000)
 
 
-def sequential_scores(windows: list[bytes]) -> list[float]:
-    """One stream's windows scored one by one, unbatched: the reference for batched runs."""
-    stream = SileroStream()
-    return [float(infer(silero_session(), 16000, [stream], [w])[0]) for w in windows]
-
-
-async def test_full_batches_run_at_once_and_leftovers_on_the_timer() -> None:
-    batcher = SileroBatcher(max_batch=3)
-    pcm = conversation(16000, gaps=(0.1,))
-    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(7)]
-    scores = await asyncio.gather(*(batcher.score(SileroStream(), w, 16000) for w in windows))
-    assert [float(s) for s in scores] == [sequential_scores([w])[0] for w in windows]
-    assert (batcher.stats.batches, batcher.stats.largest_batch) == (3, 3)
-
-
-async def test_two_windows_of_one_stream_queued_together_are_scored_in_order() -> None:
-    batcher = SileroBatcher()
-    pcm = conversation(16000, gaps=(0.1,))
-    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(3)]
-    stream = SileroStream()
-    scores = await asyncio.gather(*(batcher.score(stream, w, 16000) for w in windows))
-    assert [float(s) for s in scores] == sequential_scores(windows)
-    assert batcher.stats.batches == 3
-
-
-async def test_a_buffer_of_windows_is_scored_in_rounds_shared_with_other_calls() -> None:
-    batcher = SileroBatcher()
-    pcm = conversation(16000, gaps=(0.1,))
-    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(5)]
-    seen: list[tuple[str, float]] = []
-    three, two = await asyncio.gather(
-        batcher.score_windows(
-            SileroStream(), windows[:3], 16000, on_window=lambda w, c: seen.append(("a", c))
-        ),
-        batcher.score_windows(
-            SileroStream(), windows[3:], 16000, on_window=lambda w, c: seen.append(("b", c))
-        ),
-    )
-    assert [float(c) for c in three] == sequential_scores(windows[:3])
-    assert [float(c) for c in two] == sequential_scores(windows[3:])
-    # One inference per round: (a1, b1), (a2, b2), (a3); each window reported as it is scored.
-    assert (batcher.stats.batches, batcher.stats.windows, batcher.stats.largest_batch) == (3, 5, 2)
-    assert [name for name, _ in seen] == ["a", "b", "a", "b", "a"]
-
-
-async def test_a_failing_window_callback_fails_only_its_own_call() -> None:
-    batcher = SileroBatcher()
-    pcm = conversation(16000, gaps=(0.1,))
-    windows = [pcm[i * 1024 + 16000 : (i + 1) * 1024 + 16000] for i in range(2)]
-
-    def explode(window: bytes, confidence: np.float32) -> None:
-        raise RuntimeError("callback failed")
-
-    bad, good = await asyncio.gather(
-        batcher.score_windows(SileroStream(), windows, 16000, on_window=explode),
-        batcher.score_windows(SileroStream(), windows, 16000),
-        return_exceptions=True,
-    )
-    assert isinstance(bad, RuntimeError)
-    assert [float(c) for c in good] == sequential_scores(windows)  # type: ignore[union-attr]
-    assert batcher.stats.windows == 3  # the failed call's second window was never scored
-
-
 def test_synchronous_voice_confidence_matches_stock() -> None:
     """For code that calls ``voice_confidence`` directly (outside ``analyze_audio``)."""
     pcm = conversation(8000, gaps=(0.4,))
@@ -268,33 +179,6 @@ def test_synchronous_voice_confidence_matches_stock() -> None:
     assert np.allclose([shared.voice_confidence(w) for w in windows], expected, atol=1e-4)
     assert max(expected) > 0.7  # the speech was seen
     assert shared.voice_confidence(b"\0" * 10) == 0.0  # a wrong-size window is an error, logged
-
-
-class FailOnce:
-    """The real session, except that its first run raises (fault injection)."""
-
-    def __init__(self) -> None:
-        self.failed = False
-
-    def run(self, *args: Any) -> Any:
-        if not self.failed:
-            self.failed = True
-            raise RuntimeError("injected inference failure")
-        return silero_session().run(*args)
-
-
-async def test_a_failed_inference_fails_only_that_batch() -> None:
-    batcher = SileroBatcher(session=FailOnce())  # type: ignore[arg-type]
-    window = conversation(16000)[:1024]
-    first = await asyncio.gather(
-        *(batcher.score(SileroStream(), window, 16000) for _ in range(3)), return_exceptions=True
-    )
-    assert all(isinstance(r, RuntimeError) for r in first)
-    assert batcher.stats.failed_batches == 1
-    analyzer = SharedSileroVADAnalyzer(batcher=batcher)
-    analyzer.set_sample_rate(16000)
-    assert await analyzer.analyze_audio(window) == VADState.QUIET
-    assert batcher.stats.batches == 1
 
 
 async def test_per_call_memory_is_a_few_kilobytes() -> None:

@@ -20,11 +20,12 @@ from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor, FrameProcessorSetup
 from pipecat.tests.utils import run_test
 
-from agent.transports.inline_vad import HostsVAD, InlineVAD
-from agent.transports.telephony import MediaStreamInputTransport
-from agent.vad import SharedSileroVADAnalyzer
-from tests.agent.vad.test_shared_silero import conversation, frames_of
+from agent.fastpath.inline_vad import InlineVAD
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.fastpath.vad_hosting_transport import VADHostingInputTransport
+from agent.transports.traits import HostsVAD
 from tests.conftest import requires_espeak
+from tests.speech import conversation, frames_of
 
 EVENTS = (
     VADUserStartedSpeakingFrame,
@@ -35,7 +36,7 @@ EVENTS = (
 
 
 class AudioSource(FrameProcessor):
-    """Hosts an :class:`InlineVAD` the way ``MediaStreamInputTransport`` does: each audio frame
+    """Hosts an :class:`InlineVAD` the way ``VADHostingInputTransport`` does: each audio frame
     is pushed on first, then analysed."""
 
     def __init__(self) -> None:
@@ -101,4 +102,4 @@ async def test_the_transport_hosted_vad_emits_the_vad_processors_frames_at_the_s
 
 
 def test_the_phone_transports_input_hosts_the_vad() -> None:
-    assert issubclass(MediaStreamInputTransport, HostsVAD)
+    assert issubclass(VADHostingInputTransport, HostsVAD)

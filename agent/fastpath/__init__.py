@@ -1,0 +1,30 @@
+"""The fast path: every place we replace a Pipecat internal, in one wing.
+
+Each module names the upstream class or function it mirrors and the Pipecat version it was
+checked against; beside each, under ``tests/agent/fastpath/``, an equivalence test runs it
+against Pipecat's stock behaviour. ``test_pipecat_version.py`` fails, naming this wing, as soon
+as the installed Pipecat differs from :data:`CHECKED_AGAINST`: re-read the mirrored upstream
+code, rerun the equivalence tests, then move the pin.
+
+Each replacement is here because a bench showed its cost (``bench/capacity.py``, ``bench/vad.py``):
+
+- :mod:`~agent.fastpath.inline_observers`: our observers called inline, not through one
+  queue and task each (``WorkerObserver``'s ``_observer``, ``_proxies``, ``_frames_pushed``).
+- :mod:`~agent.fastpath.idle_watch`: the idle timeout as one timer (``PipelineWorker``'s idle
+  monitor).
+- :mod:`~agent.fastpath.inline_vad` and :mod:`~agent.fastpath.vad_hosting_transport`: the VAD
+  runs inside the input transport (``VADProcessor``; ``push_audio_frame``,
+  ``_create_audio_task``, ``_input``).
+- :mod:`~agent.fastpath.twilio_serializer`: 60 ms input frames on phone calls
+  (``TwilioFrameSerializer``'s private resampler fields).
+- :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
+  (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
+
+One more replacement lives outside this wing on purpose: the STT plugin must import nothing
+else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT transport
+(``agent.stt.sagemaker._CRTTransport``, pinned the same way in
+:data:`agent.stt.sagemaker.CHECKED_AGAINST`).
+"""
+
+CHECKED_AGAINST = {"pipecat-ai": "1.14.0"}
+"""The distributions (and versions) whose internals this wing mirrors."""
