@@ -11,11 +11,12 @@ Counters (active, started, ended, refused) are kept for health and metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ class Call:
     """What the bot said, sentence by sentence."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+    say_going_away: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
+    """How to tell the client the server is going away (a phone call: close 1001), before
+    :meth:`CallRegistry.shutdown` cancels the call; a transport sets it."""
 
     def as_record(self) -> dict[str, Any]:
         """The call as the operator API shows it."""
@@ -90,6 +94,7 @@ class CallRegistry:
         self._refused = 0
         self._closing = False
         self._seq = itertools.count(1)
+        self._all_ended = asyncio.Event()  # set when the last running call ends
 
     @property
     def max_calls(self) -> int:
@@ -108,6 +113,11 @@ class CallRegistry:
     @property
     def has_capacity(self) -> bool:
         return not self._closing and len(self._calls) < self._max_calls
+
+    @property
+    def draining(self) -> bool:
+        """New calls are refused: the server is draining or shutting down."""
+        return self._closing
 
     def calls(self) -> list[Call]:
         return list(self._calls.values())
@@ -171,11 +181,32 @@ class CallRegistry:
         if self._calls.pop(call.id, None) is not None:
             self._ended += 1
             self._history.append(call)
+            if not self._calls:
+                self._all_ended.set()
         logger.info(f"call {call.id} ended ({len(self._calls)}/{self._max_calls} active)")
+
+    async def drain(self, *, timeout_s: float) -> None:
+        """Refuse new calls, let running ones end on their own for up to ``timeout_s``, then
+        cancel the rest (:meth:`shutdown`)."""
+        self._closing = True
+        if self._calls:
+            logger.info(f"draining: {len(self._calls)} calls may run for up to {timeout_s:g} s")
+            self._all_ended.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_ended.wait(), timeout_s)
+        if self._calls:
+            logger.warning(f"drain timeout: ending {len(self._calls)} calls still running")
+        await self.shutdown()
 
     async def shutdown(self, *, grace_s: float = 10.0) -> None:
         """Refuse new calls, cancel every running call and wait for each to finish."""
         self._closing = True
+        farewells = [c.say_going_away() for c in self._calls.values() if c.say_going_away]
+        if farewells:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    asyncio.gather(*farewells, return_exceptions=True), timeout=grace_s
+                )
         current = asyncio.current_task()
         tasks = [c.task for c in self._calls.values() if c.task and c.task is not current]
         for task in tasks:

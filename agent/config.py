@@ -147,6 +147,12 @@ class ServerSettings(_Section):
         description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
     )
     start_local_services: bool = True
+    drain_timeout_s: float = Field(
+        default=120.0,
+        ge=0,
+        description="On SIGTERM, how long calls in progress may go on before they are closed "
+        "(1001 going away); give orchestrators a grace period above it.",
+    )
     api_token: str | None = Field(
         default=None,
         description="Bearer token for the operator API (GET /calls/{id}: a call's transcript); "

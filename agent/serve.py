@@ -6,12 +6,15 @@ first starts, as child processes, the CPU ASR server (``voice-agent asr-server``
 until both answer, then serves the FastAPI app (``agent.server.create_app``) with uvicorn on
 ``server.host:server.port``. The ``vllm`` and ``sagemaker`` profiles start nothing local.
 
-Shutdown: SIGINT/SIGTERM stop uvicorn gracefully, then the children. A child that dies
-stops the server too, with a log line naming it, and the command exits non-zero: a server
-without its recognizer or voice would only fail every call.
+A child that dies is restarted with backoff (calls ride it out: the STT reconnects and replays
+the turn); only a child that keeps dying stops the server, with a line naming it.
 
-Exit codes: 0 after a requested shutdown, 1 when a child or the server failed, 2 for a
-configuration problem.
+Shutdown: the first SIGTERM or SIGINT drains (``/readyz`` 503 at once, new calls refused,
+calls in progress go on for up to ``server.drain_timeout_s``, then close with 1001), then
+uvicorn stops, then the children. A second signal ends at once.
+
+Exit codes: 0 after a requested shutdown, 1 when a child kept dying or the server failed, 2
+for a configuration problem.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
@@ -142,6 +146,56 @@ async def serve(settings: Settings, children: list[ChildSpec]) -> int:
         supervisor.stop()
 
 
+class DrainingServer:
+    """uvicorn, whose first exit signal drains the calls before the server stops.
+
+    uvicorn's own first signal closes every WebSocket at once (1012); a phone call cut off
+    mid-sentence is what a drain avoids. The second signal is uvicorn's forced exit.
+    """
+
+    def __init__(self, config: Any, drain: Callable[[], Awaitable[None]]) -> None:
+        import uvicorn
+
+        outer = self
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+                outer._on_signal(sig, frame)
+
+        self.server = _Server(config)
+        self._drain = drain
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining: asyncio.Task[None] | None = None
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self.server.serve()
+        finally:
+            if self._draining is not None and not self._draining.done():
+                self._draining.cancel()
+                await asyncio.gather(self._draining, return_exceptions=True)
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        self.server._captured_signals.append(sig)  # uvicorn re-raises them once it is done
+        if self._draining is None and self._loop is not None and not self.server.should_exit:
+            self._loop.call_soon_threadsafe(self._start_draining)
+        else:
+            self.server.should_exit = self.server.force_exit = True
+
+    def _start_draining(self) -> None:
+        logger.info("draining: refusing new calls (send the signal again to stop at once)")
+        self._draining = asyncio.get_running_loop().create_task(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._drain()
+            logger.info(f"drained in {time.monotonic() - started:.1f} s")
+        finally:
+            self.server.should_exit = True
+
+
 async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
     import uvicorn
 
@@ -152,12 +206,14 @@ async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
         return 1
 
     previous = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
-    config = uvicorn.Config(
-        create_app(settings), host=settings.server.host, port=settings.server.port
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port)
+    draining = DrainingServer(
+        config, lambda: app.state.registry.drain(timeout_s=settings.server.drain_timeout_s)
     )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(), name="uvicorn")
-    watching = asyncio.create_task(supervisor.wait_for_exit(), name="child-watch")
+    server = draining.server
+    serving = asyncio.create_task(draining.serve(), name="uvicorn")
+    watching = asyncio.create_task(supervisor.keep_alive(), name="child-watch")
     try:
         done, _ = await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
         if watching in done:

@@ -19,7 +19,10 @@ It is the only composer: it builds each call's worker from the pipeline factory
 (``pipelines.voice_agent`` unless a test passes another) and attaches every observer there,
 inline (:mod:`agent.fastpath`): the call's transcript, its turn latency, its idle watch.
 
-On shutdown every running call is cancelled and awaited before the app exits.
+Draining (``voice-agent serve`` on SIGTERM: :meth:`CallRegistry.drain`): ``/readyz`` answers
+503 at once, new calls are refused, calls in progress go on for up to
+``server.drain_timeout_s`` and are then closed (1001 "going away"). On shutdown every running
+call is cancelled and awaited before the app exits.
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
+        if registry.draining:  # at once, without probing: no new call may come here
+            return JSONResponse({"status": "draining"}, status_code=503)
         components = await readiness(settings)
         down = [name for name, status in components.items() if not status.ok]
         body: dict[str, Any] = {

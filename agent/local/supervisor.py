@@ -8,8 +8,10 @@ cores. The supervisor's whole job:
 - :meth:`Supervisor.start` spawns every child and waits until each answers ``GET ready_url``
   with a 2xx; a child that exits or stays silent past its timeout raises
   :class:`ChildFailed` (and every child is stopped).
-- :meth:`Supervisor.wait_for_exit` returns the first child that dies, so the caller can log
-  it and shut down instead of serving calls that can no longer work.
+- :meth:`Supervisor.keep_alive` restarts a child that dies, with backoff (calls ride it out:
+  the STT reconnects and replays its turn once the recognizer is back), and returns a
+  :class:`ChildFailed` only for a child that keeps dying (``max_restarts`` within
+  ``restart_window_s``), so the caller can stop instead of looping.
 - :meth:`Supervisor.stop` terminates every child (``SIGTERM``, then ``SIGKILL`` after
   ``stop_timeout_s``). It is synchronous and idempotent so it can run from ``finally``.
 
@@ -80,6 +82,9 @@ class Supervisor:
         *,
         poll_interval_s: float = 0.1,
         stop_timeout_s: float = 5.0,
+        max_restarts: int = 5,
+        restart_window_s: float = 60.0,
+        restart_backoff_s: tuple[float, float] = (0.5, 8.0),
     ) -> None:
         names = [spec.name for spec in specs]
         if len(set(names)) != len(names):
@@ -87,7 +92,11 @@ class Supervisor:
         self._specs = list(specs)
         self._poll_interval_s = poll_interval_s
         self._stop_timeout_s = stop_timeout_s
+        self._max_restarts = max_restarts
+        self._restart_window_s = restart_window_s
+        self._restart_backoff_s = restart_backoff_s
         self._children: list[_Child] = []
+        self._deaths: dict[str, list[float]] = {}
 
     @property
     def pids(self) -> dict[str, int]:
@@ -119,20 +128,64 @@ class Supervisor:
             self.stop()
             raise
 
-    async def wait_for_exit(self) -> ChildFailed:
-        """Return (not raise) a :class:`ChildFailed` for the first child that exits."""
-        while True:
-            for child in self._children:
-                code = child.returncode
-                if code is not None:
-                    return ChildFailed(
-                        f"{child.describe()} exited with code {code}; "
-                        "the server cannot work without it, so it is shutting down. "
-                        "Its own log lines above say why.",
-                        name=child.spec.name,
-                        returncode=code,
-                    )
-            await asyncio.sleep(self._poll_interval_s)
+    @property
+    def down(self) -> list[str]:
+        """The children that are not running right now (dead, or being restarted)."""
+        return [child.spec.name for child in self._children if child.returncode is not None]
+
+    async def keep_alive(self) -> ChildFailed:
+        """Restart every child that dies; return (not raise) the one that keeps dying.
+
+        A death is logged with its exit code; the child is started again after a backoff
+        that doubles with each recent death, and waited for until it is ready. A child that
+        dies more than ``max_restarts`` times within ``restart_window_s``, or cannot be
+        started again, ends the watch.
+        """
+        async with aiohttp.ClientSession() as session:
+            while True:
+                for index, child in enumerate(self._children):
+                    code = child.returncode
+                    if code is None:
+                        continue
+                    failure = await self._restart(index, child, code, session)
+                    if failure is not None:
+                        return failure
+                await asyncio.sleep(self._poll_interval_s)
+
+    async def _restart(
+        self, index: int, child: _Child, code: int, session: aiohttp.ClientSession
+    ) -> ChildFailed | None:
+        name = child.spec.name
+        now = time.monotonic()
+        deaths = [t for t in self._deaths.get(name, []) if now - t < self._restart_window_s]
+        deaths.append(now)
+        self._deaths[name] = deaths
+        if len(deaths) > self._max_restarts:
+            return ChildFailed(
+                f"{child.describe()} keeps dying: it exited {len(deaths)} times within "
+                f"{self._restart_window_s:g} s, the last time with code {code}. The server "
+                "cannot work without it, so it is shutting down; its own log lines above "
+                "say why.",
+                name=name,
+                returncode=code,
+            )
+        low, high = self._restart_backoff_s
+        wait_s = min(high, low * 2 ** (len(deaths) - 1))
+        logger.error(
+            f"{child.describe()} exited with code {code}; restarting it in {wait_s:g} s "
+            f"(restart {len(deaths)} of at most {self._max_restarts} per "
+            f"{self._restart_window_s:g} s). Calls ride it out."
+        )
+        await asyncio.sleep(wait_s)
+        try:
+            fresh = self._spawn(child.spec)
+            self._children[index] = fresh
+            await self._wait_ready(fresh, session)
+        except ChildFailed as exc:
+            logger.error(f"restarting {name} failed: {exc}")
+            return None if self._children[index].returncode is not None else exc
+        logger.info(f"{name} is back (pid {fresh.process.pid})")
+        return None
 
     def stop(self) -> None:
         """Terminate every child still running and reap them all; safe to call twice."""

@@ -53,6 +53,7 @@ START_TIMEOUT_S = 10.0
 """How long a fresh media-stream socket may take to send its ``start`` message."""
 
 BUSY_CLOSE_CODE = 1013  # "try again later"
+GOING_AWAY_CLOSE_CODE = 1001  # the server is draining
 POLICY_CLOSE_CODE = 1008
 
 
@@ -302,6 +303,9 @@ class TelephonyCalls:
             ),
         )
         task = self._task_factory(transport, call)
+        call.say_going_away = lambda: _close_quietly(
+            websocket, GOING_AWAY_CLOSE_CODE, "server going away"
+        )
         task_holder.append(task)
 
         @transport.event_handler("on_client_disconnected")
@@ -314,7 +318,7 @@ class TelephonyCalls:
         finally:
             if stop_tasks:
                 await asyncio.gather(*stop_tasks, return_exceptions=True)
-            await _close_quietly(websocket, 1000, "call ended")
+            await _close_quietly(websocket, 1000, "call ended")  # no-op if already closed
 
 
 async def _read_start(websocket: WebSocket, provider: TelephonyProvider) -> StreamStart:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import sys
 import textwrap
@@ -87,13 +88,35 @@ async def test_starts_children_waits_until_ready_and_stops_them() -> None:
     assert supervisor.pids == {}
 
 
-async def test_reports_the_child_that_dies() -> None:
-    async with Supervisor([child("steady"), child("fragile", die_after=0.3)]) as supervisor:
-        failure = await asyncio.wait_for(supervisor.wait_for_exit(), timeout=20)
+async def test_a_child_that_dies_is_restarted_and_ready_again() -> None:
+    supervisor = Supervisor([child("steady"), child("fragile")], restart_backoff_s=(0.1, 0.2))
+    async with supervisor:
+        first = supervisor.pids["fragile"]
+        watch = asyncio.create_task(supervisor.keep_alive())
+        os.kill(first, signal.SIGKILL)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if supervisor.pids["fragile"] != first and not supervisor.down:
+                break
+        assert supervisor.pids["fragile"] != first and alive(supervisor.pids["fragile"])
+        assert not watch.done()  # nothing to report: the child is back
+        watch.cancel()
+        pids = supervisor.pids
+    assert not any(alive(pid) for pid in pids.values())
+
+
+async def test_a_child_that_keeps_dying_is_reported_not_restarted_forever() -> None:
+    supervisor = Supervisor(
+        [child("steady"), child("fragile", die_after=0.2)],
+        max_restarts=2,
+        restart_window_s=60,
+        restart_backoff_s=(0.05, 0.1),
+    )
+    async with supervisor:
+        failure = await asyncio.wait_for(supervisor.keep_alive(), timeout=60)
         steady_pid = supervisor.pids["steady"]
-    assert failure.name == "fragile"
-    assert failure.returncode == 3
-    assert "fragile" in str(failure) and "exited with code 3" in str(failure)
+    assert failure.name == "fragile" and failure.returncode == 3
+    assert "keeps dying" in str(failure) and "3 times" in str(failure)
     assert not alive(steady_pid)
 
 
