@@ -80,19 +80,18 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     settings = load_settings(args.profile).stt
     model = args.model or settings.model
     channel_factory = _channel_factory(args, settings)
-    if args.sagemaker_endpoint:
-        target = f"SageMaker endpoint {args.sagemaker_endpoint}"
-    elif settings.transport == "sagemaker" and not args.url:
-        target = f"SageMaker endpoint {settings.sagemaker.endpoint_name}"
+    if args.sagemaker_endpoint or (settings.transport == "sagemaker" and not args.url):
+        name = args.sagemaker_endpoint or settings.sagemaker.endpoint_name
+        target = f"SageMaker endpoint {name}"
+        hint = "check the endpoint's name, region and status and your AWS credentials"
     else:
         target = args.url or settings.url
+        hint = "Is it running? Start a local one with: voice-agent asr-server"
     service = VoxtralRealtimeSTTService(
         channel_factory=channel_factory,
         settings=VoxtralRealtimeSTTService.Settings(model=model),
         params=RealtimeSTTParams(
             preroll_s=0.0,
-            reconnect_attempts=2,
-            reconnect_min_wait_s=0.2,
             final_timeout_s=max(10.0, audio.duration_s),
         ),
     )
@@ -105,9 +104,7 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             connected = False
         if not connected:
             raise TranscribeError(
-                f"cannot reach the STT endpoint at {target}. Is it running? "
-                "(start a local one with: voice-agent asr-server)",
-                EXIT_UNREACHABLE,
+                f"cannot reach the STT endpoint at {target}. {hint}", EXIT_UNREACHABLE
             )
 
         async def play() -> None:

@@ -182,8 +182,10 @@ class SageMakerChannel:
         output_stream: Any,
         description: str,
         max_message_bytes: int = 4 * 1024 * 1024,
+        send_timeout_s: float = 5.0,
     ) -> None:
         self._client = client
+        self._send_timeout_s = send_timeout_s
         self._transport = transport
         self._stream = stream
         self._output = output_stream
@@ -206,9 +208,13 @@ class SageMakerChannel:
         endpoint_url: str | None = None,
         credentials_resolver: Any = None,
         open_timeout: float = 10.0,
+        send_timeout_s: float = 5.0,
         max_message_bytes: int = 4 * 1024 * 1024,
     ) -> SageMakerChannel:
         """Open a stream, turning every way that can fail into a :class:`ChannelError`.
+
+        Every send has a deadline (``send_timeout_s``): a stream whose HTTP/2 window never
+        reopens is closed rather than waited on forever, so the service reconnects and replays.
 
         ``credentials_resolver`` is any SDK identity resolver (``get_identity``); the default
         is :class:`BotocoreCredentialsResolver`.
@@ -265,6 +271,7 @@ class SageMakerChannel:
             output_stream=output_stream,
             description=description,
             max_message_bytes=max_message_bytes,
+            send_timeout_s=send_timeout_s,
         )
 
     async def send(self, text: str) -> None:
@@ -279,7 +286,15 @@ class SageMakerChannel:
         # One at a time: each event's signature chains on the one sent before it.
         async with self._send_lock:
             try:
-                await self._stream.input_stream.send(part)
+                async with asyncio.timeout(self._send_timeout_s):
+                    await self._stream.input_stream.send(part)
+            except TimeoutError as exc:
+                # A frozen stream (HTTP/2 flow control never reopens): it is of no more use.
+                self._ended = self._ended or ChannelClosed(
+                    f"sending to {self._description} took over {self._send_timeout_s:g} s; "
+                    "the stream looks frozen"
+                )
+                raise self._ended from exc
             except (OSError, SmithyError, RuntimeError) as exc:
                 raise self._ended or ChannelClosed(
                     f"cannot send to {self._description}: {exc}"
@@ -399,11 +414,14 @@ async def _discard(
             future.cancel()
             with contextlib.suppress(BaseException):
                 await future
+    # Bounded too: a frozen connection must not hold up the call that is leaving it.
     if client is not None:
         with contextlib.suppress(Exception):
-            await client.close()
+            async with asyncio.timeout(2.0):
+                await client.close()
     with contextlib.suppress(Exception):
-        await transport.close()
+        async with asyncio.timeout(2.0):
+            await transport.close()
     await transport.settle(settle_s)
 
 
