@@ -36,6 +36,11 @@ from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
 from agent.observability.tracing import check_tracing
 
 
+MAX_WEBSOCKET_MESSAGE_BYTES = 1024 * 1024
+"""No client of ours sends more in one message (a Twilio media message is ~300 bytes); uvicorn's
+default is 16 MiB."""
+
+
 class _ShutdownRequested(Exception):
     """SIGINT or SIGTERM arrived (raised by our handler after uvicorn has shut down)."""
 
@@ -207,7 +212,12 @@ async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
 
     previous = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
     app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.server.host, port=settings.server.port)
+    config = uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        ws_max_size=MAX_WEBSOCKET_MESSAGE_BYTES,
+    )
     draining = DrainingServer(
         config, lambda: app.state.registry.drain(timeout_s=settings.server.drain_timeout_s)
     )

@@ -74,7 +74,12 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         pipeline or build_voice_agent_task, settings=settings, metrics=metrics, tracing=tracing
     )
     webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
-    telephony = TelephonyCalls(settings=settings, registry=registry, task_factory=factory)
+    telephony = TelephonyCalls(
+        settings=settings,
+        registry=registry,
+        task_factory=factory,
+        count_bad_input=metrics.count_error,
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -49,8 +49,12 @@ INPUT_FRAME_MS = 60
 """Caller audio goes down the pipeline in frames this long (Twilio sends 20 ms): a third of
 the per-call CPU for at most 40 ms of input delay (see :mod:`agent.fastpath.twilio_serializer`)."""
 
-START_TIMEOUT_S = 10.0
-"""How long a fresh media-stream socket may take to send its ``start`` message."""
+START_TIMEOUT_S = 5.0
+"""How long a fresh media-stream socket may take to send its ``start`` message (Twilio sends it
+at once); until then it holds no call slot."""
+
+MIN_AWAITING_START = 20
+"""Sockets that may wait for their ``start`` at once: ``server.max_calls``, at least this."""
 
 BUSY_CLOSE_CODE = 1013  # "try again later"
 GOING_AWAY_CLOSE_CODE = 1001  # the server is draining
@@ -148,7 +152,16 @@ class TelephonyProvider(Protocol):
 
     def authorize(self, start: StreamStart) -> bool: ...
 
-    def serializer(self, start: StreamStart, *, on_stop: Callable[[], None]) -> FrameSerializer: ...
+    def serializer(
+        self,
+        start: StreamStart,
+        *,
+        on_stop: Callable[[], None],
+        on_bad_message: Callable[[str, str], None],
+    ) -> FrameSerializer:
+        """The call's serializer; it reports a malformed message (why, and the message cut
+        short) to ``on_bad_message`` and ignores it, and Twilio's ``stop`` to ``on_stop``."""
+        ...
 
 
 class TwilioProvider:
@@ -196,13 +209,18 @@ class TwilioProvider:
         if message.get("event") != "start":
             return None
         start = message.get("start") or {}
+        if not isinstance(start, dict):
+            raise ValueError("Twilio 'start' must be an object")
         stream_sid = message.get("streamSid") or start.get("streamSid")
         if not isinstance(stream_sid, str) or not stream_sid:
             raise ValueError("Twilio 'start' message has no streamSid")
+        call_sid = start.get("callSid") or ""
         custom = start.get("customParameters") or {}
+        if not isinstance(call_sid, str) or not isinstance(custom, dict):
+            raise ValueError("Twilio 'start' has a malformed callSid or customParameters")
         return StreamStart(
             stream_id=stream_sid,
-            call_id=str(start.get("callSid") or ""),
+            call_id=call_sid,
             parameters={str(k): str(v) for k, v in custom.items()},
         )
 
@@ -213,9 +231,19 @@ class TwilioProvider:
         given = start.parameters.get("token", "")
         return hmac.compare_digest(given, stream_token(start.call_id, token))
 
-    def serializer(self, start: StreamStart, *, on_stop: Callable[[], None]) -> FrameSerializer:
+    def serializer(
+        self,
+        start: StreamStart,
+        *,
+        on_stop: Callable[[], None],
+        on_bad_message: Callable[[str, str], None],
+    ) -> FrameSerializer:
         return BatchingTwilioSerializer(
-            start.stream_id, start.call_id, on_stop=on_stop, frame_ms=INPUT_FRAME_MS
+            start.stream_id,
+            start.call_id,
+            on_stop=on_stop,
+            on_bad_message=on_bad_message,
+            frame_ms=INPUT_FRAME_MS,
         )
 
 
@@ -240,10 +268,14 @@ class TelephonyCalls:
         registry: CallRegistry,
         task_factory: CallTaskFactory,
         providers: list[TelephonyProvider] | None = None,
+        count_bad_input: Callable[[str, str], None] | None = None,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._task_factory = task_factory
+        self._count = count_bad_input
+        self._awaiting_start = 0
+        self._max_awaiting_start = max(MIN_AWAITING_START, registry.max_calls)
         self.router = APIRouter()
         default: list[TelephonyProvider] = [TwilioProvider(settings)]
         for provider in providers or default:
@@ -260,27 +292,45 @@ class TelephonyCalls:
         self.router.add_api_websocket_route(provider.ws_path, media)
 
     async def serve_stream(self, websocket: WebSocket, provider: TelephonyProvider) -> None:
-        """One media stream, from accept to close; the slot is taken before anything else."""
-        try:
-            call = self._registry.reserve(provider.name)
-        except CallLimitReached:
-            await websocket.accept()
-            await websocket.close(code=BUSY_CLOSE_CODE, reason="busy: call limit reached")
-            return
-        await self._registry.run(call, self._stream(call, websocket, provider))
+        """One media stream, from accept to close.
 
-    async def _stream(self, call: Call, websocket: WebSocket, provider: TelephonyProvider) -> None:
+        A call slot is taken only after a valid (and, with auth on, authorized) ``start``:
+        sockets still waiting for theirs have their own short timeout and cap, so strangers
+        that connect and say nothing cannot take the slots real callers need.
+        """
         await websocket.accept()
+        if not self._registry.has_capacity:
+            await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
+            return
+        if self._awaiting_start >= self._max_awaiting_start:
+            logger.warning(f"{provider.name}: {self._awaiting_start} streams wait for 'start'")
+            await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: too many streams starting")
+            return
+        self._awaiting_start += 1
         try:
             start = await asyncio.wait_for(_read_start(websocket, provider), START_TIMEOUT_S)
         except (TimeoutError, ValueError, WebSocketDisconnect) as exc:
-            logger.warning(f"call {call.id}: no valid 'start' on the media stream ({exc!r})")
-            await _close_quietly(websocket, POLICY_CLOSE_CODE, "expected a 'start' message")
+            why = "no 'start' in time" if isinstance(exc, TimeoutError) else str(exc)[:200]
+            logger.warning(f"{provider.name}: media stream refused: {why or type(exc).__name__}")
+            self._count_bad_input(f"{provider.name}_start")
+            await _close_quietly(websocket, POLICY_CLOSE_CODE, f"expected a 'start': {why}"[:120])
             return
+        finally:
+            self._awaiting_start -= 1
         if not provider.authorize(start):
-            logger.warning(f"call {call.id}: media stream token missing or wrong; closing")
+            logger.warning(f"{provider.name}: media stream token missing or wrong; closing")
             await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
             return
+        try:
+            call = self._registry.reserve(provider.name)
+        except CallLimitReached:
+            await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
+            return
+        await self._registry.run(call, self._stream(call, websocket, provider, start))
+
+    async def _stream(
+        self, call: Call, websocket: WebSocket, provider: TelephonyProvider, start: StreamStart
+    ) -> None:
         logger.info(
             f"call {call.id}: {provider.name} call {start.call_id} stream {start.stream_id}"
         )
@@ -299,7 +349,9 @@ class TelephonyCalls:
                 audio_in_enabled=True,
                 audio_out_enabled=True,
                 add_wav_header=False,
-                serializer=provider.serializer(start, on_stop=on_stop),
+                serializer=provider.serializer(
+                    start, on_stop=on_stop, on_bad_message=self._bad_message_reporter(call)
+                ),
             ),
         )
         task = self._task_factory(transport, call)
@@ -320,17 +372,43 @@ class TelephonyCalls:
                 await asyncio.gather(*stop_tasks, return_exceptions=True)
             await _close_quietly(websocket, 1000, "call ended")  # no-op if already closed
 
+    def _count_bad_input(self, kind: str, why: str = "malformed") -> None:
+        if self._count is not None:
+            self._count(kind, why)
+
+    def _bad_message_reporter(self, call: Call) -> Callable[[str, str], None]:
+        """Count every malformed message of the call; log the first one, cut short."""
+        logged = False
+
+        def report(why: str, sample: str) -> None:
+            nonlocal logged
+            self._count_bad_input("twilio_message", why)
+            if not logged:
+                logged = True
+                logger.warning(
+                    f"call {call.id}: ignoring a malformed media-stream message ({why}): "
+                    f"{sample[:200]!r} (further ones are only counted)"
+                )
+
+        return report
+
 
 async def _read_start(websocket: WebSocket, provider: TelephonyProvider) -> StreamStart:
+    """Read messages until ``start``; anything malformed before it raises ``ValueError``."""
     while True:
-        text = await websocket.receive_text()
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        text = message.get("text")
+        if text is None:
+            raise ValueError("a binary frame; media-stream messages are JSON text")
         try:
-            message = json.loads(text)
+            event = json.loads(text)
         except ValueError as exc:
             raise ValueError(f"not JSON: {text[:80]!r}") from exc
-        if not isinstance(message, dict):
+        if not isinstance(event, dict):
             raise ValueError("expected a JSON object")
-        start = provider.parse_start(message)
+        start = provider.parse_start(event)
         if start is not None:
             return start
 

@@ -33,9 +33,13 @@ def media(ulaw: bytes) -> str:
     return json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": payload}})
 
 
-async def serializer(stops: list[int]) -> FrameSerializer:
+async def serializer(stops: list[int], bad: list[str] | None = None) -> FrameSerializer:
     provider = TwilioProvider(load_settings("default"))
-    ser = provider.serializer(StreamStart("MZ1", "CA1"), on_stop=lambda: stops.append(1))
+    ser = provider.serializer(
+        StreamStart("MZ1", "CA1"),
+        on_stop=lambda: stops.append(1),
+        on_bad_message=lambda why, sample: (bad if bad is not None else []).append(why),
+    )
     # only the input rate matters to it (a FrameProcessorSetup needs a running worker)
     await ser.setup(SimpleNamespace(audio_in_sample_rate=TELEPHONY_SAMPLE_RATE))  # type: ignore[arg-type]
     return ser
@@ -60,11 +64,27 @@ async def test_three_media_messages_make_one_60_ms_frame_with_the_callers_sample
     assert await ser.deserialize(media(messages[0])) is None
 
 
-async def test_stop_calls_back_and_garbage_is_dropped() -> None:
+async def test_stop_calls_back_and_garbage_is_reported_and_dropped() -> None:
     stops: list[int] = []
-    ser = await serializer(stops)
-    for junk in ("not json", "[1, 2]", json.dumps({"event": "media"}), b"\x00\xff", "{}"):
-        assert await ser.deserialize(junk) is None
+    bad: list[str] = []
+    ser = await serializer(stops, bad)
+    junk = (
+        "not json",
+        "[1, 2]",
+        json.dumps({"event": "media"}),
+        json.dumps({"event": "media", "media": "x"}),
+        json.dumps({"event": "media", "media": {"payload": "abc"}}),
+        json.dumps({"event": "media", "media": {"payload": 12345}}),
+        json.dumps({"event": "dtmf", "dtmf": {"digit": "Z"}}),
+        b"\x00\xff",
+        "x" * 100_000,
+    )
+    for message in junk:
+        assert await ser.deserialize(message) is None
+    assert len(bad) == len(junk)
+    for harmless in ("{}", json.dumps({"event": "mark", "mark": {"name": "m"}})):
+        assert await ser.deserialize(harmless) is None
+    assert len(bad) == len(junk)  # unknown or uninteresting events are not errors
     assert not stops
     assert await ser.deserialize(json.dumps({"event": "stop", "streamSid": "MZ1"})) is None
     assert stops == [1]
