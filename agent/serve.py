@@ -35,7 +35,6 @@ from agent.local.piper_server import PiperUnavailable, piper_child
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
 from agent.observability.tracing import check_tracing
 
-
 MAX_WEBSOCKET_MESSAGE_BYTES = 1024 * 1024
 """No client of ours sends more in one message (a Twilio media message is ~300 bytes); uvicorn's
 default is 16 MiB."""
