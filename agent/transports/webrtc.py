@@ -22,6 +22,7 @@ import time
 import uuid
 from typing import Any
 
+from aiortc.sdp import SessionDescription
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 from loguru import logger
@@ -41,6 +42,9 @@ from agent.worker import CallTaskFactory, run_call_pipeline
 
 SESSION_TTL_S = 300.0
 """How long a ``/start`` session waits for its offer before it is forgotten."""
+
+MAX_SDP_CHARS = 64 * 1024
+"""Far above any real offer (a few kB); an offer is parsed before any slot is taken."""
 
 
 class WebRTCCalls:
@@ -152,7 +156,10 @@ class WebRTCCalls:
                 await connection.disconnect()
             if isinstance(exc, HTTPException):
                 raise
-            raise HTTPException(status_code=400, detail=f"cannot answer this offer: {exc}") from exc
+            logger.warning(f"cannot answer a WebRTC offer: {exc!r:.200}")
+            raise HTTPException(
+                status_code=400, detail="cannot answer this offer: its SDP could not be negotiated"
+            ) from exc
         if not connections or answer is None:  # pragma: no cover - handler contract
             call.release()
             raise HTTPException(status_code=500, detail="no peer connection was created")
@@ -246,6 +253,9 @@ def _offer_request(body: dict[str, Any]) -> SmallWebRTCRequest:
             status_code=400,
             detail='an offer needs {"sdp": "<SDP text>", "type": "offer"} (optional "pc_id")',
         )
+    problem = sdp_problem(sdp)
+    if problem:
+        raise HTTPException(status_code=400, detail=f"unusable offer: {problem}")
     request_data = body.get("request_data", body.get("requestData"))
     pc_id = body.get("pc_id")
     return SmallWebRTCRequest(
@@ -275,5 +285,36 @@ def _patch_request(body: dict[str, Any]) -> SmallWebRTCPatchRequest:
             for c in candidates
         ]
     except (AttributeError, TypeError, ValueError) as exc:
-        raise HTTPException(status_code=400, detail=f"malformed ICE candidate: {exc}") from exc
+        raise HTTPException(
+            status_code=400,
+            detail='malformed ICE candidate: each needs {"candidate": "candidate:…", '
+            '"sdp_mid": "0", "sdp_mline_index": 0}',
+        ) from exc
     return SmallWebRTCPatchRequest(pc_id=pc_id, candidates=parsed)
+
+
+def sdp_problem(sdp: str) -> str | None:
+    """Why an offer cannot make a voice call, or ``None``: checked before any slot is taken.
+
+    A call needs an audio section with at least one codec, ICE credentials and a DTLS
+    fingerprint; aiortc's parser accepts almost any text, so these are checked here.
+    """
+    if len(sdp) > MAX_SDP_CHARS:
+        return f"the SDP is over {MAX_SDP_CHARS} characters"
+    if not sdp.lstrip().startswith("v=0"):
+        return "the SDP must start with v=0"
+    try:
+        description = SessionDescription.parse(sdp)
+    except Exception:  # aiortc raises whatever its line parsers hit
+        return "the SDP could not be parsed"
+    audio = [m for m in description.media if m.kind == "audio"]
+    if not audio:
+        return "the SDP has no audio section (m=audio); add an audio transceiver"
+    media = audio[0]
+    if not media.rtp.codecs:
+        return "the audio section offers no codec"
+    if not (media.ice and media.ice.usernameFragment and media.ice.password):
+        return "the audio section has no ICE credentials (a=ice-ufrag, a=ice-pwd)"
+    if not (media.dtls and media.dtls.fingerprints):
+        return "the audio section has no DTLS fingerprint (a=fingerprint)"
+    return None

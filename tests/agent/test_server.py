@@ -22,6 +22,12 @@ from agent.stt.protocol import SessionCreated
 from tests.agent.transports.stack import background, running_server
 
 
+VIDEO_ONLY_SDP = (
+    "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
+    "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000\r\n"
+)
+
+
 def _never_called(transport: BaseTransport, settings: Settings, *, call_id: str) -> PipelineWorker:
     raise AssertionError("no call should start in these tests")
 
@@ -122,6 +128,12 @@ def test_the_playground_is_served_offline() -> None:
         ("PATCH", "/api/offer", {"pc_id": "nope", "candidates": []}, 404),
         ("PATCH", "/api/offer", {"candidates": "x"}, 400),
         ("POST", "/sessions/unknown/api/offer", {"sdp": "v=0", "type": "offer"}, 404),
+        ("POST", "/api/offer", {"sdp": "v=0", "type": "offer"}, 400),
+        ("POST", "/api/offer", {"sdp": "hello, this is not SDP", "type": "offer"}, 400),
+        ("POST", "/api/offer", {"sdp": VIDEO_ONLY_SDP, "type": "offer"}, 400),
+        ("POST", "/api/offer", {"sdp": "v=0\r\n" + "a=x\r\n" * 20_000, "type": "offer"}, 400),
+        ("PATCH", "/api/offer", {"pc_id": "p", "candidates": ["not an object"]}, 400),
+        ("PATCH", "/api/offer", {"pc_id": "p", "candidates": [{"sdp_mline_index": "x"}]}, 400),
     ],
 )
 async def test_bad_webrtc_requests_get_clear_errors_and_start_nothing(
@@ -133,6 +145,8 @@ async def test_bad_webrtc_requests_get_clear_errors_and_start_nothing(
         response = await http.request(method, path, json=body)
     assert response.status_code == status, response.text
     assert app.state.registry.stats.started == 0
+    for python_speak in ("Traceback", "object has no attribute", "Error(", "invalid literal"):
+        assert python_speak not in response.text  # errors say what to send, not what broke
 
 
 async def test_start_returns_a_session_and_the_configured_ice_servers() -> None:
