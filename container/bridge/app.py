@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI, Response, WebSocket
 
 from .health import HealthProbe
-from .logs import LOGGER_NAME, log_config
+from .logs import LOGGER_NAME, log_config, quiet_client_faults
 from .metrics import BridgeMetrics
 from .relay import RelaySession
 from .settings import STREAM_PATH, BridgeSettings, SettingsError
@@ -30,6 +30,7 @@ from .settings import STREAM_PATH, BridgeSettings, SettingsError
 def create_app(settings: BridgeSettings | None = None) -> FastAPI:
     """Build the bridge for ``settings`` (default: from the environment)."""
     settings = settings or BridgeSettings.from_env()
+    quiet_client_faults()
     metrics = BridgeMetrics()
     logger = logging.getLogger(LOGGER_NAME)
     probe: HealthProbe | None = None

@@ -54,3 +54,25 @@ def log_config(level: str) -> dict[str, Any]:
             "uvicorn.access": {"handlers": ["stderr"], "level": upper, "propagate": False},
         },
     }
+
+
+class ClientFaultsWithoutTracebacks(logging.Filter):
+    """uvicorn logs a client's invalid UTF-8 text frame with a full traceback at ERROR, though
+    it answers it correctly (close 1007): the client is at fault, not the bridge. Such records
+    become one WARNING line without the traceback."""
+
+    CLIENT_FAULTS = ("Invalid UTF-8 sequence received from client",)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(self.CLIENT_FAULTS):
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def quiet_client_faults() -> None:
+    """Put :class:`ClientFaultsWithoutTracebacks` on uvicorn's error logger (once)."""
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ClientFaultsWithoutTracebacks) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(ClientFaultsWithoutTracebacks())

@@ -83,7 +83,9 @@ def upstream_code_for(client_code: int) -> int:
     """The code vLLM is closed with when the client ends the stream."""
     if can_send(client_code):
         return client_code
-    return 1000 if client_code == 1005 else 1001  # 1005: no status given; else it vanished.
+    # 1005 (no status) is also what uvicorn reports for a client whose connection just
+    # dropped, without a close frame, so it cannot be told apart from a vanished client.
+    return 1001
 
 
 def client_code_for(upstream_code: int) -> int:

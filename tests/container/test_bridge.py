@@ -225,7 +225,7 @@ async def test_client_vanishing_mid_sentence_leaves_no_upstream_socket(
     ws.transport.abort()  # no close frame: the caller's network went away
     await asyncio.wait_for(seen.closed.wait(), 10)
     await upstream.wait_idle()
-    assert seen.close_code in (1000, 1001)
+    assert seen.close_code == 1001, seen.close_code
     values = await metric_values(bridge)
     assert values[("voxtral_bridge_sessions_active", ())] == 0
 
@@ -453,7 +453,7 @@ def test_binary_as_text_accepts_only_json_objects() -> None:
 
 def test_close_code_mapping() -> None:
     assert upstream_code_for(4001) == 4001
-    assert upstream_code_for(1005) == 1000  # closed without a status
+    assert upstream_code_for(1005) == 1001  # no close frame: uvicorn says 1005 when it vanished
     assert upstream_code_for(1006) == 1001  # vanished
     assert client_code_for(1000) == 1000
     assert client_code_for(1006) == 1011
@@ -489,3 +489,19 @@ def test_settings_from_env() -> None:
 def test_bad_settings_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         BridgeSettings.from_env({name: value})
+
+
+async def test_invalid_utf8_text_is_closed_1007_without_a_traceback(
+    bridge: RunningBridge, upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    ws = await open_stream(bridge)
+    seen = await upstream.wait_connection()
+    ws.protocol.send_text(b'{"type": "\xff\xfe"}')  # a text frame that is not UTF-8
+    ws.send_data()
+    with pytest.raises(ConnectionClosed):
+        while True:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == 1007
+    await asyncio.wait_for(seen.closed.wait(), 10)
+    await upstream.wait_idle()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
