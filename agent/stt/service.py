@@ -19,6 +19,11 @@ If the user starts talking again before the previous turn's ``done``, the new tu
 (buffered) and starts the moment the old one finishes, because vLLM runs one generation per
 connection and silently ignores a second non-final commit.
 
+Whatever ends a call (an end, a cancel) a generation still open gets its final commit, so the
+server frees its memory at once. A session the server closes for idleness (``error`` code
+``idle_timeout``) is reopened quietly; ``buffer_full`` pauses appends briefly (backpressure)
+instead of failing the turn.
+
 Event handlers: :class:`STTService`'s ``on_connected``, ``on_disconnected`` and
 ``on_connection_error`` (with the reason).
 """
@@ -26,6 +31,7 @@ Event handlers: :class:`STTService`'s ``on_connected``, ``on_disconnected`` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from typing import Any
@@ -68,6 +74,8 @@ from agent.stt.turn import BYTES_PER_SECOND, PreRoll, Turn, seconds_to_bytes
 _WATCHDOG_PERIOD_S = 0.25
 _KEEP_FLOWING_AFTER_S = 0.5
 _MAX_RECOVERIES_PER_TURN = 2
+_FINAL_COMMIT_ON_EXIT_S = 1.0
+_BACKPRESSURE_PAUSE_S = 0.25
 
 _ERROR_HINTS = {
     "model_not_found": "set stt.model to the server's --served-model-name",
@@ -133,6 +141,8 @@ class VoxtralRealtimeSTTService(STTService):
         self._last_event_at = 0.0
         self._last_send_at = 0.0
         self._rotating = False
+        self._idle_closed = False  # the server closed the session for idleness
+        self._hold_audio_until = 0.0  # backpressure: appends wait until then
         self._disconnecting = False
         self._send_lock = asyncio.Lock()  # keeps commit + its audio in order on the wire
         self._connection_task: asyncio.Task[None] | None = None
@@ -172,6 +182,12 @@ class VoxtralRealtimeSTTService(STTService):
 
     async def _shutdown(self) -> None:
         self._disconnecting = True
+        if self._generation_open and self._channel is not None:
+            # A generation left open pins the server's memory until its idle timeout (vLLM
+            # #46815): end it, whatever ended the call.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_FINAL_COMMIT_ON_EXIT_S):
+                    await self._send(Commit(final=True).to_json())
         for task in (self._watchdog_task, self._connection_task):
             if task:
                 await self.cancel_task(task, timeout=2.0)
@@ -219,6 +235,9 @@ class VoxtralRealtimeSTTService(STTService):
             if not self._generation_open:
                 await self._begin_generation(turn)
             elif chunk:
+                if time.monotonic() < self._hold_audio_until:
+                    turn.hold(chunk)  # backpressure: it goes out with the next append
+                    return
                 async with self._send_lock:
                     await self._send(encode_pcm_append(chunk))
 
@@ -336,6 +355,16 @@ class VoxtralRealtimeSTTService(STTService):
 
     async def _on_error(self, event: ErrorEvent) -> None:
         code = event.code or "unknown"
+        if code == "idle_timeout":
+            # The server closes sessions idle too long (vLLM PR #46926); reopen quietly.
+            logger.info(f"{self}: the STT server closed an idle session; reopening")
+            self._idle_closed = True
+            return
+        if code == "buffer_full":
+            # Backpressure (vLLM PR #48130): hold appends a moment; the turn goes on.
+            logger.warning(f"{self}: the STT server's audio queue is full; slowing down")
+            self._hold_audio_until = time.monotonic() + _BACKPRESSURE_PAUSE_S
+            return
         hint = _ERROR_HINTS.get(code)
         message = f"Voxtral realtime STT error [{code}]: {event.error}"
         await self.push_error(message + (f" ({hint})" if hint else ""))
@@ -375,9 +404,9 @@ class VoxtralRealtimeSTTService(STTService):
             await self._serve_channel(channel)
             if self._disconnecting:
                 return
-            if self._rotating:
-                self._rotating = False
-                continue
+            if self._rotating or self._idle_closed:
+                self._rotating = self._idle_closed = False
+                continue  # an expected close: no failure, no wait
             lived = time.monotonic() - self._connected_at
             if self._quick_failures.record(lived).should_give_up:
                 await self._give_up("the STT connection keeps failing right after connecting")
@@ -396,7 +425,7 @@ class VoxtralRealtimeSTTService(STTService):
             while True:
                 await self._handle_event(await channel.receive())
         except ChannelError as exc:
-            if not self._disconnecting and not self._rotating:
+            if not self._disconnecting and not self._rotating and not self._idle_closed:
                 logger.warning(f"{self}: STT connection lost ({exc}); reconnecting")
                 await self._call_event_handler("on_connection_error", str(exc))
         finally:

@@ -86,6 +86,10 @@ class Turn:
             return None
         return self.take_outbox()
 
+    def hold(self, chunk: bytes) -> None:
+        """Put an unsent chunk back in front of the outbox (the server asked us to wait)."""
+        self._outbox[:0] = chunk
+
     def take_outbox(self) -> bytes:
         """Whatever waits to be sent (at turn end, so nothing stays behind)."""
         chunk = bytes(self._outbox)
