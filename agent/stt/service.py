@@ -142,6 +142,7 @@ class VoxtralRealtimeSTTService(STTService):
         self._last_send_at = 0.0
         self._rotating = False
         self._idle_closed = False  # the server closed the session for idleness
+        self._finished = False  # stopped or cancelled: never connect again
         self._hold_audio_until = 0.0  # backpressure: appends wait until then
         self._disconnecting = False
         self._send_lock = asyncio.Lock()  # keeps commit + its audio in order on the wire
@@ -166,6 +167,10 @@ class VoxtralRealtimeSTTService(STTService):
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
+        if self._finished:
+            # A call that ends right as it starts: Pipecat's CancelFrame (a system frame)
+            # can overtake the queued StartFrame. Connecting now would leak the socket.
+            return
         self._disconnecting = False
         if self._connection_task is None:
             self._connection_task = self.create_task(self._run_connection(), "stt_connection")
@@ -180,8 +185,14 @@ class VoxtralRealtimeSTTService(STTService):
         await super().cancel(frame)
         await self._shutdown()
 
+    async def cleanup(self) -> None:
+        """Always runs when the pipeline ends, also for a call cancelled before this service
+        saw its ``StartFrame`` (then neither ``stop`` nor ``cancel`` is called)."""
+        await super().cleanup()
+        await self._shutdown()
+
     async def _shutdown(self) -> None:
-        self._disconnecting = True
+        self._disconnecting = self._finished = True
         if self._generation_open and self._channel is not None:
             # A generation left open pins the server's memory until its idle timeout (vLLM
             # #46815): end it, whatever ended the call.

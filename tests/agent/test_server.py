@@ -21,7 +21,6 @@ from agent.server import PLAYGROUND_DIR, create_app
 from agent.stt.protocol import SessionCreated
 from tests.agent.transports.stack import background, running_server
 
-
 VIDEO_ONLY_SDP = (
     "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
     "m=video 9 UDP/TLS/RTP/SAVPF 96\r\nc=IN IP4 0.0.0.0\r\na=rtpmap:96 VP8/90000\r\n"
