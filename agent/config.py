@@ -147,6 +147,18 @@ class ServerSettings(_Section):
         description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
     )
     start_local_services: bool = True
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=60,
+        description="A connection whose request headers (or WebSocket handshake) are not "
+        "complete by then is closed: half-open requests cannot pile up.",
+    )
+    max_connections: int = Field(
+        default=10_000,
+        ge=16,
+        description="Open connections of all kinds; beyond it new ones get 503 at once.",
+    )
     drain_timeout_s: float = Field(
         default=120.0,
         ge=0,

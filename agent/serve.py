@@ -31,6 +31,7 @@ from typing import Any
 from loguru import logger
 
 from agent.config import ConfigError, Settings, load_settings
+from agent.connection_guard import guarded_http_protocol, raise_open_file_limit
 from agent.local.piper_server import PiperUnavailable, piper_child
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
 from agent.observability.tracing import check_tracing
@@ -38,6 +39,10 @@ from agent.observability.tracing import check_tracing
 MAX_WEBSOCKET_MESSAGE_BYTES = 1024 * 1024
 """No client of ours sends more in one message (a Twilio media message is ~300 bytes); uvicorn's
 default is 16 MiB."""
+
+
+SPARE_FDS = 1024
+"""Files beyond the connection cap: STT and LLM sockets, children's pipes, logs."""
 
 
 class _ShutdownRequested(Exception):
@@ -211,11 +216,21 @@ async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
 
     previous = {sig: signal.signal(sig, _raise_shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
     app = create_app(settings)
+    limits = settings.server
+    fds = raise_open_file_limit(limits.max_connections + SPARE_FDS)
+    if fds < limits.max_connections + SPARE_FDS:
+        logger.warning(
+            f"only {fds} open files allowed (ulimit -n); server.max_connections is "
+            f"{limits.max_connections}: raise the limit or lower the setting"
+        )
     config = uvicorn.Config(
         app,
-        host=settings.server.host,
-        port=settings.server.port,
+        host=limits.host,
+        port=limits.port,
         ws_max_size=MAX_WEBSOCKET_MESSAGE_BYTES,
+        http=guarded_http_protocol(
+            header_timeout_s=limits.header_timeout_s, max_connections=limits.max_connections
+        ),
     )
     draining = DrainingServer(
         config, lambda: app.state.registry.drain(timeout_s=settings.server.drain_timeout_s)
