@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,32 @@ from pipecat.audio.dtmf.types import KeypadEntry
 from pipecat.audio.utils import ulaw_to_pcm
 from pipecat.frames.frames import Frame, InputAudioRawFrame, InputDTMFFrame
 from pipecat.serializers.twilio import TwilioFrameSerializer
+
+
+class RealTimeBudget:
+    """How much caller audio may have arrived by now: real time since the first byte, plus a
+    burst allowance. A caller that sends faster (nothing else holds Twilio clients to real
+    time) gets the excess dropped, so one call cannot take the CPU and the STT from others."""
+
+    def __init__(
+        self, bytes_per_second: int, *, burst_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._rate = bytes_per_second
+        self._burst = burst_s * bytes_per_second
+        self._clock = clock
+        self._started: float | None = None
+        self._admitted = 0
+
+    def admit(self, size: int) -> bool:
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        allowed = (now - self._started) * self._rate + self._burst
+        if self._admitted + size > allowed:
+            return False
+        self._admitted += size
+        return True
+
 
 MAX_MESSAGE_CHARS = 64 * 1024
 """Longer than any Twilio message (a 20 ms media message is ~300 characters)."""
@@ -43,6 +70,7 @@ class BatchingTwilioSerializer(TwilioFrameSerializer):
         on_stop: Callable[[], None],
         on_bad_message: Callable[[str, str], None],
         frame_ms: int,
+        budget: RealTimeBudget | None = None,
     ) -> None:
         super().__init__(
             stream_sid,
@@ -53,6 +81,7 @@ class BatchingTwilioSerializer(TwilioFrameSerializer):
         self._on_bad_message = on_bad_message
         self._pending = bytearray()  # μ-law not yet handed to the pipeline
         self._frame_bytes = self._twilio_sample_rate * frame_ms // 1000  # 1 byte per sample
+        self._budget = budget
 
     async def deserialize(self, data: str | bytes) -> Frame | None:
         if isinstance(data, bytes):
@@ -85,16 +114,20 @@ class BatchingTwilioSerializer(TwilioFrameSerializer):
             self._bad("a media message without a text payload", data)
             return None
         try:
-            self._pending += base64.b64decode(payload, validate=True)
+            ulaw = base64.b64decode(payload, validate=True)
         except binascii.Error:
             self._bad("a media payload that is not base64", data)
             return None
+        if self._budget is not None and not self._budget.admit(len(ulaw)):
+            self._bad("audio faster than real time (dropped)", data)
+            return None
+        self._pending += ulaw
         if len(self._pending) < self._frame_bytes:
             return None
-        ulaw = bytes(self._pending)
+        frame = bytes(self._pending)
         self._pending.clear()
         pcm = await ulaw_to_pcm(
-            ulaw, self._twilio_sample_rate, self._sample_rate, self._input_resampler
+            frame, self._twilio_sample_rate, self._sample_rate, self._input_resampler
         )
         if not pcm:
             return None

@@ -38,7 +38,7 @@ from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
-from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
 from agent.worker import CallTaskFactory, run_call_pipeline
 
@@ -48,6 +48,10 @@ TELEPHONY_SAMPLE_RATE = 8000
 INPUT_FRAME_MS = 60
 """Caller audio goes down the pipeline in frames this long (Twilio sends 20 ms): a third of
 the per-call CPU for at most 40 ms of input delay (see :mod:`agent.fastpath.twilio_serializer`)."""
+
+AUDIO_BURST_S = 2.0
+"""Caller audio may run this far ahead of real time (network jitter, a catching-up client);
+beyond it, audio is dropped and counted."""
 
 START_TIMEOUT_S = 5.0
 """How long a fresh media-stream socket may take to send its ``start`` message (Twilio sends it
@@ -244,6 +248,9 @@ class TwilioProvider:
             on_stop=on_stop,
             on_bad_message=on_bad_message,
             frame_ms=INPUT_FRAME_MS,
+            budget=RealTimeBudget(
+                TELEPHONY_SAMPLE_RATE, burst_s=AUDIO_BURST_S
+            ),  # μ-law: 1 B/sample
         )
 
 
@@ -386,7 +393,7 @@ class TelephonyCalls:
             if not logged:
                 logged = True
                 logger.warning(
-                    f"call {call.id}: ignoring a malformed media-stream message ({why}): "
+                    f"call {call.id}: ignoring media-stream input ({why}): "
                     f"{sample[:200]!r} (further ones are only counted)"
                 )
 

@@ -14,6 +14,7 @@ from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
 
 from agent.config import load_settings
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
 from agent.transports.telephony import (
     INPUT_FRAME_MS,
     TELEPHONY_SAMPLE_RATE,
@@ -109,3 +110,35 @@ async def test_the_same_samples_as_pipecats_own_serializer() -> None:
             assert our_frame.sample_rate == stock_frame.sample_rate
             our_audio += our_frame.audio
     assert our_audio == stock_audio
+
+
+def test_the_real_time_budget_allows_a_burst_then_real_time() -> None:
+    now = [100.0]
+    budget = RealTimeBudget(8000, burst_s=2.0, clock=lambda: now[0])
+    assert all(budget.admit(160) for _ in range(100))  # 2 s at once: the burst
+    assert not budget.admit(160)
+    now[0] += 1.0
+    assert sum(budget.admit(160) for _ in range(100)) == 50  # then 1 s per second
+
+
+async def test_audio_faster_than_real_time_is_dropped_and_reported() -> None:
+    bad: list[str] = []
+    now = [0.0]
+    ser = BatchingTwilioSerializer(
+        "MZ1",
+        "CA1",
+        on_stop=lambda: None,
+        on_bad_message=lambda why, _sample: bad.append(why),
+        frame_ms=INPUT_FRAME_MS,
+        budget=RealTimeBudget(TELEPHONY_SAMPLE_RATE, burst_s=1.0, clock=lambda: now[0]),
+    )
+    await ser.setup(SimpleNamespace(audio_in_sample_rate=TELEPHONY_SAMPLE_RATE))  # type: ignore[arg-type]
+    heard = 0
+    for _ in range(500):  # 10 s of audio, all at the same instant
+        frame = await ser.deserialize(media(b"\xff" * FRAME_BYTES))
+        if isinstance(frame, InputAudioRawFrame):
+            heard += len(frame.audio) // 2
+    frame_samples = TELEPHONY_SAMPLE_RATE * INPUT_FRAME_MS // 1000
+    whole_frames = TELEPHONY_SAMPLE_RATE // frame_samples
+    assert heard == whole_frames * frame_samples  # the 1 s burst (in whole frames), not 10 s
+    assert len(bad) == 450 and all("faster than real time" in why for why in bad)

@@ -5,6 +5,7 @@ in a call are ignored and counted, never ending it."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
 
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 from loguru import logger
 
 from agent.transports import telephony
+from agent.transports.telephony import stream_token
 from tests.agent.transports.stack import (
     async_wait_for,
     background,
@@ -141,7 +143,7 @@ async def test_malformed_messages_in_a_call_are_ignored_counted_and_logged_once(
     finally:
         logger.remove(sink)
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
-    ignored = [w for w in warnings if "malformed media-stream message" in w]
+    ignored = [w for w in warnings if "ignoring media-stream input" in w]
     assert len(ignored) == 1 and len(ignored[0]) < 600  # once per call, cut short
     assert "Traceback" not in "".join(warnings)
     async with httpx.AsyncClient() as http:
@@ -152,3 +154,55 @@ async def test_malformed_messages_in_a_call_are_ignored_counted_and_logged_once(
         if line.startswith("voice_agent_errors_total{") and 'kind="twilio_message"' in line
     )
     assert counted >= len(junk)
+
+
+@pytest.fixture(scope="module")
+def two_line_server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
+    with background(espeak_speech_app()) as tts_url:
+        settings = stack_settings(
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=2
+        )
+        settings.twilio.auth_token = TOKEN
+        with running_server(settings) as running:
+            yield running
+
+
+async def test_a_caller_flooding_audio_is_held_to_real_time_and_others_are_answered(
+    two_line_server: tuple[str, FastAPI],
+) -> None:
+    url, app = two_line_server
+    registry = app.state.registry
+    async with (
+        websockets.connect(ws_url(url)) as flood_ws,
+        websockets.connect(ws_url(url)) as good_ws,
+    ):
+        flooder, caller = TwilioCaller(flood_ws, "CA0002"), TwilioCaller(good_ws, "CA0003")
+        await flooder.start(token=stream_token("CA0002", TOKEN))
+        await caller.start(token=stream_token("CA0003", TOKEN))
+        await async_wait_for(lambda: registry.stats.active == 2, timeout_s=5, what="two calls")
+        silence = json.dumps(
+            {
+                "event": "media",
+                "streamSid": "MZ0001",
+                "media": {"payload": base64.b64encode(b"\xff" * 160).decode()},
+            }
+        )
+        for _ in range(1500):  # 30 s of audio, sent as fast as the socket takes it
+            await flood_ws.send(silence)
+        await caller.silence(0.3)
+        await caller.speak(ulaw_speech("what is the weather like in paris today"))
+        talking = asyncio.create_task(caller.silence(15))
+        await async_wait_for(lambda: caller.count("media") >= 5, timeout_s=20, what="a reply")
+        talking.cancel()
+        assert registry.stats.active == 2  # the flooder was held back, not hung up on
+        await flooder.stop()
+        await caller.stop()
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="calls ended")
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(url + "/metrics")).text
+    dropped = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("voice_agent_errors_total{") and "faster than real time" in line
+    )
+    assert dropped >= 1000  # 1,500 messages in well under 2 s + the 2 s burst allowance
