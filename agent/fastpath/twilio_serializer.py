@@ -15,7 +15,6 @@ Equivalence: ``tests/agent/fastpath/test_twilio_serializer.py`` decodes the same
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import time
 from collections.abc import Callable
@@ -115,7 +114,7 @@ class BatchingTwilioSerializer(TwilioFrameSerializer):
             return None
         try:
             ulaw = base64.b64decode(payload, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or non-ASCII text
             self._bad("a media payload that is not base64", data)
             return None
         if self._budget is not None and not self._budget.admit(len(ulaw)):

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -505,3 +507,10 @@ async def test_invalid_utf8_text_is_closed_1007_without_a_traceback(
     await asyncio.wait_for(seen.closed.wait(), 10)
     await upstream.wait_idle()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(lambda t: t.encode())))
+def test_any_binary_frame_is_a_json_event_or_refused(frame: bytes) -> None:
+    text = binary_as_text(frame)
+    assert text is None or isinstance(json.loads(text), dict)

@@ -162,3 +162,34 @@ def test_fuzzed_server_messages_parse_or_fail_cleanly(message: str | bytes) -> N
             | ErrorEvent
             | UnknownEvent,
         )
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.text(max_size=200),
+        json_values.map(json.dumps),
+        st.dictionaries(
+            st.sampled_from(["type", "audio", "model", "final", "language", "prompt"]),
+            json_values,
+        )
+        .map(
+            lambda d: {
+                **d,
+                "type": d.get(
+                    "type",
+                    "input_audio_buffer.append",
+                ),
+            }
+        )
+        .map(json.dumps),
+    )
+)
+def test_fuzzed_client_messages_parse_or_fail_with_vllms_error_codes(message: str | bytes) -> None:
+    """What the ASR server (and a vLLM stand-in) reads from a client never raises anything but
+    a ``ProtocolError`` carrying one of vLLM's error codes."""
+    try:
+        parse_client_event(message)
+    except ProtocolError as exc:
+        assert exc.code in ("invalid_json", "unknown_event", "invalid_event", "invalid_audio")
