@@ -159,6 +159,13 @@ class ServerSettings(_Section):
         ge=16,
         description="Open connections of all kinds; beyond it new ones get 503 at once.",
     )
+    requests_per_source_per_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="WebRTC offers and /start, and telephony webhooks, per client address "
+        "(a token bucket; over it: 429).",
+    )
+    request_burst_per_source: int = Field(default=20, ge=1)
     drain_timeout_s: float = Field(
         default=120.0,
         ge=0,

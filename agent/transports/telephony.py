@@ -40,6 +40,7 @@ from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
+from agent.rate_limit import PerSourceLimiter
 from agent.worker import CallTaskFactory, run_call_pipeline
 
 TELEPHONY_SAMPLE_RATE = 8000
@@ -282,6 +283,10 @@ class TelephonyCalls:
         self._task_factory = task_factory
         self._count = count_bad_input
         self._awaiting_start = 0
+        self._limiter = PerSourceLimiter(
+            rate_per_s=settings.server.requests_per_source_per_s,
+            burst=settings.server.request_burst_per_source,
+        )
         self._max_awaiting_start = max(MIN_AWAITING_START, registry.max_calls)
         self.router = APIRouter()
         default: list[TelephonyProvider] = [TwilioProvider(settings)]
@@ -290,6 +295,15 @@ class TelephonyCalls:
 
     def _add_routes(self, provider: TelephonyProvider) -> None:
         async def webhook(request: Request) -> Response:
+            source = request.client.host if request.client else "unknown"
+            if not self._limiter.allow(source):
+                self._count_bad_input(f"{provider.name}_webhook", "rate limited")
+                return Response(
+                    "too many webhook requests from this address; slow down\n",
+                    status_code=429,
+                    media_type="text/plain",
+                    headers={"Retry-After": str(self._limiter.retry_after_s)},
+                )
             return await provider.answer_webhook(request, busy=not self._registry.has_capacity)
 
         async def media(websocket: WebSocket) -> None:

@@ -38,6 +38,7 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
+from agent.rate_limit import PerSourceLimiter
 from agent.worker import CallTaskFactory, run_call_pipeline
 
 SESSION_TTL_S = 300.0
@@ -71,6 +72,10 @@ class WebRTCCalls:
         self._handler = SmallWebRTCRequestHandler(ice_servers=self._ice_servers or None)
         self._calls_by_pc: dict[str, Call] = {}
         self._sessions: dict[str, float] = {}  # /start session id → created (monotonic)
+        self._limiter = PerSourceLimiter(
+            rate_per_s=settings.server.requests_per_source_per_s,
+            burst=settings.server.request_burst_per_source,
+        )
         self.router = APIRouter()
         self._add_routes()
 
@@ -88,7 +93,17 @@ class WebRTCCalls:
             "/sessions/{session_id}/api/offer", self._patch_session_offer, methods=["PATCH"]
         )
 
+    def _check_rate(self, request: Request) -> None:
+        source = request.client.host if request.client else "unknown"
+        if not self._limiter.allow(source):
+            raise HTTPException(
+                status_code=429,
+                detail="too many offers from this address; slow down",
+                headers={"Retry-After": str(self._limiter.retry_after_s)},
+            )
+
     async def _post_offer(self, request: Request) -> Any:
+        self._check_rate(request)
         return await self.offer(_offer_request(await _json_body(request)))
 
     async def _patch_offer(self, request: Request) -> Any:
@@ -96,6 +111,7 @@ class WebRTCCalls:
         return {"status": "success"}
 
     async def _start(self, request: Request) -> Any:
+        self._check_rate(request)
         if not self._registry.has_capacity:
             return _busy(CallLimitReached(self._registry.max_calls))
         self._forget_old_sessions()
@@ -111,6 +127,7 @@ class WebRTCCalls:
         return result
 
     async def _post_session_offer(self, session_id: str, request: Request) -> Any:
+        self._check_rate(request)
         self._check_session(session_id)
         return await self.offer(_offer_request(await _json_body(request)))
 

@@ -1,0 +1,53 @@
+"""Per-source limits: one address cannot flood offers or webhooks; others are not affected."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from agent.config import load_settings
+from agent.rate_limit import PerSourceLimiter
+from agent.server import create_app
+
+
+def test_a_source_gets_its_burst_then_its_rate_and_others_their_own() -> None:
+    now = [0.0]
+    limiter = PerSourceLimiter(rate_per_s=2, burst=3, clock=lambda: now[0])
+    assert [limiter.allow("a") for _ in range(4)] == [True, True, True, False]
+    assert limiter.allow("b")  # another address has its own bucket
+    now[0] += 1.0
+    assert [limiter.allow("a") for _ in range(3)] == [True, True, False]
+
+
+def test_the_table_of_sources_is_bounded() -> None:
+    limiter = PerSourceLimiter(rate_per_s=1, burst=1, max_sources=100)
+    for n in range(1000):
+        limiter.allow(f"10.0.{n // 256}.{n % 256}")
+    assert len(limiter._buckets) == 100
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/api/offer", {"sdp": "v=0", "type": "offer"}),
+        ("POST", "/start", {}),
+        ("POST", "/telephony/twilio", None),
+    ],
+)
+async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: object) -> None:
+    settings = load_settings(
+        "default",
+        overrides={
+            "server": {
+                "start_local_services": False,
+                "requests_per_source_per_s": 1,
+                "request_burst_per_source": 5,
+            }
+        },
+    )
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        statuses = [(await http.request(method, path, json=body)).status_code for _ in range(30)]
+    assert statuses.count(429) >= 20  # 5 in the burst, then about one a second
+    assert 429 not in statuses[:5]
