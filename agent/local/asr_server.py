@@ -26,6 +26,10 @@ What the client sees, mirroring vLLM's ``RealtimeConnection`` (``speech_to_text/
   and ``done.text`` is authoritative when a partial hypothesis was revised.
 - A failed decode, or an utterance past :data:`MAX_UTTERANCE_S`, is a ``processing_error``;
   the connection stays usable.
+- The decoder is shared fairly: finals before partials, and among equals the session that
+  used it least lately; no job covers more than :data:`MAX_DECODE_S` of audio. When too much
+  is queued, a final commit is answered with ``error`` code ``server_busy`` (an overloaded
+  vLLM would queue; this CPU stand-in says so instead of queueing without bound).
 
 If the audio after the last partial decode is only silence, ``done`` reuses that decode
 instead of decoding again, so a turn ended by a client's VAD is answered in milliseconds.
@@ -57,6 +61,7 @@ from starlette.websockets import WebSocketDisconnect
 from agent.config import ASRServerSettings, ConfigError, load_settings
 from agent.local.recognizer import (
     DecodeQueue,
+    DecoderBusy,
     ModelUnavailableError,
     Recognizer,
     WhisperRecognizer,
@@ -79,6 +84,11 @@ logger = logging.getLogger("agent.local.asr_server")
 
 MAX_UTTERANCE_S = 600.0
 """One utterance may hold at most 10 minutes of audio, so a client can't exhaust memory."""
+
+MAX_DECODE_S = 30.0
+"""One decode job covers at most this much audio (Whisper's own window): a longer utterance
+gets no more partials and its final is decoded in pieces, so no session holds the shared
+decoder for long (a 588 s session used to hold it for 46 s)."""
 
 MIN_PARTIAL_S = 0.3
 """Shorter buffers aren't worth a partial decode: whisper only guesses at them."""
@@ -233,7 +243,12 @@ class RealtimeSession:
         try:
             while not final.done():
                 covered = last.samples if last else 0
-                if self._samples() - covered <= 0 or self._samples() < MIN_PARTIAL_S * SAMPLE_RATE:
+                samples = self._samples()
+                if (
+                    samples - covered <= 0
+                    or samples < MIN_PARTIAL_S * SAMPLE_RATE
+                    or samples > MAX_DECODE_S * SAMPLE_RATE  # the final will decode it in pieces
+                ):
                     self._audio_arrived.clear()
                     arrived = loop.create_task(self._audio_arrived.wait())
                     await asyncio.wait({arrived, final}, return_when=asyncio.FIRST_COMPLETED)
@@ -243,7 +258,11 @@ class RealtimeSession:
                 if delay > 0:
                     await asyncio.wait({final}, timeout=delay)
                     continue
-                hypothesis, spent = await self._partial(final)
+                try:
+                    hypothesis, spent = await self._partial(final)
+                except DecoderBusy:  # the decoder is overloaded: no partial this round
+                    next_start = loop.time() + self._interval
+                    continue
                 if hypothesis is None:
                     break
                 previous, last = last, hypothesis
@@ -266,7 +285,9 @@ class RealtimeSession:
     async def _partial(self, final: asyncio.Task[Any]) -> tuple[_Hypothesis | None, float]:
         """Decode the open buffer; ``None`` if the final commit made the result moot."""
         samples = self._samples()
-        future = self._decoder.submit(self._audio(samples), priority=DecodeQueue.PARTIAL)
+        future = self._decoder.submit(
+            self._audio(samples), priority=DecodeQueue.PARTIAL, session=self
+        )
         try:
             await asyncio.wait({future, final}, return_when=asyncio.FIRST_COMPLETED)
             if not future.done() and not self._decoder.is_running(future):
@@ -285,11 +306,16 @@ class RealtimeSession:
             text = last.text
         else:
             logger.debug("final decode of %d samples (partial covered %s)", samples, last)
-            future = self._decoder.submit(self._audio(samples), priority=DecodeQueue.FINAL)
             try:
-                text, _ = await future
-            finally:
-                future.cancel()
+                text = await self._decode_in_pieces(samples)
+            except DecoderBusy:
+                await self._error(
+                    "the recognizer is overloaded; the utterance was not transcribed, "
+                    "send it again shortly",
+                    "server_busy",
+                )
+                self._reset()
+                return
         if _extends(text, emitted):
             await self._send(TranscriptionDelta(text[len(emitted) :]))
         prompt_tokens = math.ceil(samples / STEP_SAMPLES)
@@ -301,6 +327,23 @@ class RealtimeSession:
         }
         await self._send(TranscriptionDone(text, usage))
         self._reset()
+
+    async def _decode_in_pieces(self, samples: int) -> str:
+        """The utterance's text, decoded in pieces of at most ``MAX_DECODE_S``, each its own
+        job, so other sessions' decodes run in between."""
+        audio = self._audio(samples)
+        piece = int(MAX_DECODE_S * SAMPLE_RATE)
+        texts = []
+        for start in range(0, len(audio), piece):
+            future = self._decoder.submit(
+                audio[start : start + piece], priority=DecodeQueue.FINAL, session=self
+            )
+            try:
+                text, _ = await future
+            finally:
+                future.cancel()
+            texts.append(text)
+        return " ".join(t for t in texts if t)
 
     def _reusable(self, last: _Hypothesis, samples: int) -> bool:
         """The last partial stands for the whole turn if only silence came after it.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import os
 import time
@@ -73,16 +72,27 @@ def pcm16_to_float(pcm: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
 
 
-@dataclass(order=True)
+class DecoderBusy(RuntimeError):
+    """Too much decoding is queued already; the caller should say so rather than wait."""
+
+
+@dataclass
 class _Job:
     priority: int
     seq: int
-    run: Callable[[], Any] = field(compare=False)
-    future: asyncio.Future[Any] = field(compare=False)
+    session: object
+    run: Callable[[], Any] = field(repr=False)
+    future: asyncio.Future[Any] = field(repr=False)
 
 
 class DecodeQueue:
-    """Runs recognizer calls one at a time on a worker thread; lower priority number first.
+    """Runs recognizer calls one at a time on a worker thread, shared fairly between sessions.
+
+    Final decodes go before partial ones; among jobs of the same kind, the session that has
+    used the decoder least lately goes first (decode seconds, halved every
+    ``fairness_half_life_s``), so a long or busy session cannot starve the others. At most
+    ``max_waiting`` jobs wait: one more raises :class:`DecoderBusy` instead of queueing without
+    bound. Callers keep each job short (see ``MAX_DECODE_S`` in the ASR server).
 
     Cancelling the future returned by :meth:`submit` drops a job that hasn't started; a job
     already running finishes on the worker (C++ can't be interrupted) and its result is
@@ -92,14 +102,23 @@ class DecodeQueue:
     FINAL = 0
     PARTIAL = 1
 
-    def __init__(self, recognizer: Recognizer) -> None:
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        *,
+        max_waiting: int = 64,
+        fairness_half_life_s: float = 10.0,
+    ) -> None:
         self.recognizer = recognizer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-decode")
-        self._heap: list[_Job] = []
+        self._waiting: list[_Job] = []
         self._wakeup = asyncio.Event()
         self._seq = itertools.count()
         self._runner: asyncio.Task[None] | None = None
         self._running: asyncio.Future[Any] | None = None
+        self._max_waiting = max_waiting
+        self._half_life_s = fairness_half_life_s
+        self._used: dict[object, tuple[float, float]] = {}  # session → (seconds, at)
 
     def start(self) -> None:
         self._runner = asyncio.get_running_loop().create_task(self._run(), name="asr-decode")
@@ -109,17 +128,26 @@ class DecodeQueue:
             self._runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._runner
-        for job in self._heap:
+        for job in self._waiting:
             job.future.cancel()
-        self._heap.clear()
+        self._waiting.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def is_running(self, future: asyncio.Future[Any]) -> bool:
         """Whether this job is on the worker now (cancelling it would free nothing)."""
         return future is self._running
 
-    def submit(self, audio: np.ndarray, *, priority: int) -> asyncio.Future[tuple[str, float]]:
-        """Queue a decode; the future yields ``(text, seconds spent decoding)``."""
+    def submit(
+        self, audio: np.ndarray, *, priority: int, session: object = None
+    ) -> asyncio.Future[tuple[str, float]]:
+        """Queue a decode for ``session``; the future yields ``(text, seconds spent decoding)``.
+
+        Raises:
+            DecoderBusy: ``max_waiting`` jobs wait already.
+        """
+        self._waiting = [job for job in self._waiting if not job.future.done()]
+        if len(self._waiting) >= self._max_waiting:
+            raise DecoderBusy(f"{len(self._waiting)} decodes are waiting")
         future: asyncio.Future[tuple[str, float]] = asyncio.get_running_loop().create_future()
 
         def run() -> tuple[str, float]:
@@ -127,20 +155,37 @@ class DecodeQueue:
             text = self.recognizer.transcribe(audio)
             return text, time.perf_counter() - started
 
-        heapq.heappush(self._heap, _Job(priority, next(self._seq), run, future))
+        self._waiting.append(_Job(priority, next(self._seq), session, run, future))
         self._wakeup.set()
         return future
+
+    def used_s(self, session: object) -> float:
+        """The session's recent decode seconds (halved every ``fairness_half_life_s``)."""
+        seconds, at = self._used.get(session, (0.0, 0.0))
+        return seconds * 0.5 ** ((time.monotonic() - at) / self._half_life_s)
+
+    def _next(self) -> _Job:
+        job = min(self._waiting, key=lambda j: (j.priority, self.used_s(j.session), j.seq))
+        self._waiting.remove(job)
+        return job
+
+    def _charge(self, session: object, seconds: float) -> None:
+        self._used[session] = (self.used_s(session) + seconds, time.monotonic())
+        if len(self._used) > 4 * self._max_waiting:  # forget the sessions long gone
+            for stale in sorted(self._used, key=self.used_s)[: len(self._used) // 2]:
+                del self._used[stale]
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            while not self._heap:
+            while not self._waiting:
                 self._wakeup.clear()
                 await self._wakeup.wait()
-            job = heapq.heappop(self._heap)
+            job = self._next()
             if job.future.done():  # cancelled while waiting: its client moved on or left
                 continue
             self._running = job.future
+            started = time.monotonic()
             try:
                 result = await loop.run_in_executor(self._executor, job.run)
             except asyncio.CancelledError:
@@ -152,5 +197,6 @@ class DecodeQueue:
                 continue
             finally:
                 self._running = None
+                self._charge(job.session, time.monotonic() - started)
             if not job.future.done():
                 job.future.set_result(result)
