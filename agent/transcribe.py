@@ -17,7 +17,7 @@ from typing import TextIO
 from loguru import logger
 
 from agent.config import ConfigError, SageMakerSettings, STTSettings, load_settings
-from agent.stt.audio import AudioFormatError, read_wav
+from agent.stt.audio import AudioFormatError, PcmAudio, read_wav
 from agent.stt.channels import ChannelFactory
 from agent.stt.client import RealtimeTranscriber, TranscriptEvent
 from agent.stt.params import RealtimeSTTParams
@@ -31,6 +31,10 @@ class TranscribeError(Exception):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+CONNECT_TIMEOUT_S = 20.0
+TEARDOWN_S = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,52 +99,74 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             final_timeout_s=max(10.0, audio.duration_s),
         ),
     )
-    async with RealtimeTranscriber(
-        service, sample_rate=audio.sample_rate, channels=audio.channels
-    ) as transcriber:
-        try:
-            connected = await transcriber.wait_connected(timeout=20)
-        except TimeoutError:
-            connected = False
-        if not connected:
-            raise TranscribeError(
-                f"cannot reach the STT endpoint at {target}. {hint}", EXIT_UNREACHABLE
-            )
+    # A hard bound on everything, teardown included: a frozen endpoint must not hold the
+    # command past what --timeout promises.
+    limit_s = CONNECT_TIMEOUT_S + audio.duration_s + args.timeout + TEARDOWN_S
+    try:
+        async with asyncio.timeout(limit_s):
+            async with RealtimeTranscriber(
+                service, sample_rate=audio.sample_rate, channels=audio.channels
+            ) as transcriber:
+                return await _until_final(transcriber, audio, args, out, err, target, hint, model)
+    except TimeoutError:
+        raise TranscribeError(
+            f"gave up after {limit_s:.0f} s: the STT endpoint stopped answering", EXIT_TIMEOUT
+        ) from None
 
-        async def play() -> None:
-            await transcriber.start_turn()
-            await transcriber.feed(audio.pcm, realtime=args.realtime)
-            await transcriber.end_turn()
 
-        playing = asyncio.create_task(play())
-        deadline = asyncio.get_running_loop().time() + audio.duration_s + args.timeout
-        try:
-            while True:
-                remaining = deadline - asyncio.get_running_loop().time()
-                try:
-                    event = await transcriber.next_event(timeout=max(remaining, 0.0))
-                except TimeoutError:
-                    raise TranscribeError(
-                        "no final transcript before the timeout", EXIT_TIMEOUT
-                    ) from None
-                _report(event, as_json=args.json, out=out, err=err)
-                if event.kind == "error" and "[model_not_found]" in event.text:
-                    raise TranscribeError(
-                        f"the endpoint rejected model {model!r}; pass --model with the server's "
-                        "served model name (vLLM's --served-model-name)",
-                        EXIT_MODEL,
-                    )
-                if event.kind == "error" and event.fatal:
-                    raise TranscribeError(
-                        f"cannot reach the STT endpoint at {target}: {event.text}",
-                        EXIT_UNREACHABLE,
-                    )
-                if event.kind == "final":
-                    if not args.json:
-                        print(event.text, file=out, flush=True)
-                    return EXIT_OK
-        finally:
-            playing.cancel()
+async def _until_final(
+    transcriber: RealtimeTranscriber,
+    audio: PcmAudio,
+    args: argparse.Namespace,
+    out: TextIO,
+    err: TextIO,
+    target: str,
+    hint: str,
+    model: str,
+) -> int:
+    """Connect, play the file as one turn, report events until the final transcript."""
+    try:
+        connected = await transcriber.wait_connected(timeout=CONNECT_TIMEOUT_S)
+    except TimeoutError:
+        connected = False
+    if not connected:
+        raise TranscribeError(
+            f"cannot reach the STT endpoint at {target}. {hint}", EXIT_UNREACHABLE
+        )
+
+    async def play() -> None:
+        await transcriber.start_turn()
+        await transcriber.feed(audio.pcm, realtime=args.realtime)
+        await transcriber.end_turn()
+
+    playing = asyncio.create_task(play())
+    deadline = asyncio.get_running_loop().time() + audio.duration_s + args.timeout
+    try:
+        while True:
+            remaining = deadline - asyncio.get_running_loop().time()
+            try:
+                event = await transcriber.next_event(timeout=max(remaining, 0.0))
+            except TimeoutError:
+                raise TranscribeError(
+                    "no final transcript before the timeout", EXIT_TIMEOUT
+                ) from None
+            _report(event, as_json=args.json, out=out, err=err)
+            if event.kind == "error" and "[model_not_found]" in event.text:
+                raise TranscribeError(
+                    f"the endpoint rejected model {model!r}; pass --model with the server's "
+                    "served model name (vLLM's --served-model-name)",
+                    EXIT_MODEL,
+                )
+            if event.kind == "error" and event.fatal:
+                raise TranscribeError(
+                    f"cannot reach the STT endpoint at {target}: {event.text}", EXIT_UNREACHABLE
+                )
+            if event.kind == "final":
+                if not args.json:
+                    print(event.text, file=out, flush=True)
+                return EXIT_OK
+    finally:
+        playing.cancel()
 
 
 def main(argv: list[str]) -> int:
