@@ -1,10 +1,11 @@
 """What the SageMaker bridge adds per message, against a direct connection in the same run.
 
-Three processes, as in production: an instant realtime peer standing in for vLLM (a
-``websockets`` server that answers every ``input_audio_buffer.append`` with one small
-``transcription.delta`` at once), the bridge served by uvicorn exactly as the container runs it
-(``uvicorn_config``, uvloop when installed), and the load client here. Each is its own process so
-the peer's and the client's CPU never count as the bridge's.
+Three processes, as in production: an instant realtime peer standing in for vLLM (the test
+fakes' strict realtime peer, run by ``bench/peers.py``, answering every
+``input_audio_buffer.append`` with one small ``transcription.delta`` at once), the bridge
+served by uvicorn exactly as the container runs it (``uvicorn_config``, uvloop when
+installed), and the load client here. Each is its own process so the peer's and the client's
+CPU never count as the bridge's.
 
 For 20 ms and 100 ms appends (640 / 3200 bytes of PCM16 through ``encode_pcm_append``) and 1, 10
 and 100 concurrent streams, each configuration runs straight to the peer and through the bridge,
@@ -20,7 +21,7 @@ The bridge's CPU comes from ``/proc/<pid>`` (schedstat in ns, else stat ticks): 
 stream-second when paced, µs per relayed round trip (two frames each way) when unpaced.
 Ratios are bridge/direct from the same run, the only figures comparable across machines.
 
-    .venv/bin/python bench/bridge.py [--quick] [--rate 50] [--window 8]
+    .venv/bin/python -m bench.bridge [--quick] [--rate 50] [--window 8]
 """
 
 from __future__ import annotations
@@ -46,25 +47,22 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import uvicorn
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
-import uvicorn  # noqa: E402
-import websockets  # noqa: E402
-from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
-from websockets.asyncio.server import ServerConnection, serve  # noqa: E402
-from websockets.exceptions import ConnectionClosed  # noqa: E402
-
-from agent.stt.protocol import (  # noqa: E402
+from agent.stt.protocol import (
+    Commit,
     SessionCreated,
     SessionUpdate,
     TranscriptionDelta,
-    encode_append,
     encode_pcm_append,
     parse_server_event,
 )
-from container.bridge.app import create_app, uvicorn_config  # noqa: E402
-from container.bridge.settings import STREAM_PATH, BridgeSettings  # noqa: E402
+from bench import peers
+from container.bridge.app import create_app, uvicorn_config
+from container.bridge.settings import STREAM_PATH, BridgeSettings
 
 uvloop: ModuleType | None
 try:
@@ -72,10 +70,10 @@ try:
 except ImportError:  # the bridge falls back to asyncio's loop the same way (uvicorn "auto")
     uvloop = None
 
-RESULTS = ROOT / "bench" / "results" / "bridge.md"
+RESULTS = Path(__file__).resolve().parent / "results" / "bridge.md"
 MODEL = "bench-model"
 REPLY = TranscriptionDelta(delta="x").to_json()
-APPEND_PREFIX = encode_append("")[:-2]  # the event's fixed head, so the peer need not parse
+"""What the peer answers every append with (``peers.running(deltas="appends")``)."""
 APPENDS = {"20 ms": b"\x10\x00" * 320, "100 ms": b"\x10\x00" * 1600}  # 640 / 3200 bytes
 STREAM_COUNTS = (1, 10, 100)
 Route = Literal["direct", "bridge"]
@@ -104,26 +102,6 @@ def run_loop[T](main: Coroutine[Any, Any, T]) -> T:
     if uvloop is not None:
         return uvloop.run(main)
     return asyncio.run(main)
-
-
-def run_peer(port_queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    """The instant vLLM stand-in: greets, then one delta per append, nothing for the rest."""
-
-    async def handle(ws: ServerConnection) -> None:
-        await ws.send(SessionCreated(id="sess-bench", created=0).to_json())
-        with contextlib.suppress(ConnectionClosed):
-            async for message in ws:
-                if isinstance(message, str) and message.startswith(APPEND_PREFIX):
-                    await ws.send(REPLY)
-
-    async def main() -> None:
-        async with serve(
-            handle, "127.0.0.1", 0, compression=None, max_size=None, ping_interval=None
-        ) as server:
-            port_queue.put(server.sockets[0].getsockname()[1])
-            await asyncio.Future()
-
-    run_loop(main())
 
 
 def run_bridge(upstream_url: str, port_queue: multiprocessing.Queue, log_path: str) -> None:  # type: ignore[type-arg]
@@ -258,6 +236,7 @@ async def open_stream(url: str, window: int | None) -> Stream:
     if not isinstance(greeting, SessionCreated):
         raise RuntimeError(f"{url} greeted with {greeting!r:.200}, not session.created")
     await ws.send(SessionUpdate(MODEL).to_json())
+    await ws.send(Commit().to_json())  # a generation: the peer answers appends inside one
     return Stream(ws=ws, window=asyncio.Semaphore(window) if window else None)
 
 
@@ -375,14 +354,15 @@ def environment_lines(args: argparse.Namespace, durations: Durations) -> list[st
         f"({platform.machine()}, Python {platform.python_version()}, uvicorn "
         f"{uvicorn.__version__}, websockets {websockets.__version__}, "
         f"event loop {'uvloop ' + uvloop.__version__ if uvloop else 'asyncio'}).",
-        f"Command: `.venv/bin/python bench/bridge.py{' --quick' if args.quick else ''}"
+        f"Command: `.venv/bin/python -m bench.bridge{' --quick' if args.quick else ''}"
         f"{'' if args.rate == 50 else f' --rate {args.rate:g}'}"
         f"{'' if args.window == 8 else f' --window {args.window}'}`; "
         f"paced {durations.paced_s:g} s and unpaced {durations.unpaced_s:g} s per run, the "
         f"first {durations.warmup_s:g} s of each not measured; direct and bridge alternate "
         f"{durations.rounds} time(s) per configuration and the rounds are pooled.",
-        "Peer, bridge and this client are three processes on the same cores; the peer "
-        "answers each append with one small `transcription.delta` at once.",
+        "Peer, bridge and this client are three processes on the same cores; the peer (the "
+        "test fakes' strict realtime peer) answers each append with one small "
+        "`transcription.delta` at once.",
     ]
 
 
@@ -500,25 +480,27 @@ def main(argv: list[str] | None = None) -> int:
     ports: multiprocessing.Queue = spawn.Queue()  # type: ignore[type-arg]
     log_fd, log_path = tempfile.mkstemp(prefix="bench-bridge-", suffix=".log")
     os.close(log_fd)
-    processes: list[SpawnProcess] = []
     started = time.monotonic()
     load_before = os.getloadavg()[0]
     try:
-        peer = spawn.Process(target=run_peer, args=(ports,), name="bench-peer", daemon=True)
-        processes.append(peer)
-        peer.start()
-        upstream = f"ws://127.0.0.1:{ports.get(timeout=30)}/v1/realtime"
-        bridge = spawn.Process(
-            target=run_bridge, args=(upstream, ports, log_path), name="bench-bridge", daemon=True
-        )
-        processes.append(bridge)
-        bridge.start()
-        bridge_url = f"ws://127.0.0.1:{ports.get(timeout=30)}{STREAM_PATH}"
-        assert bridge.pid is not None and peer.pid is not None
-        meter = CpuMeter(bridge_pid=bridge.pid, peer_pid=peer.pid)
-        urls: dict[Route, str] = {"direct": upstream, "bridge": bridge_url}
-        print(f"peer {upstream}, bridge {bridge_url} (pid {bridge.pid})", file=sys.stderr)
-        idle_cpu, paced, unpaced = run_loop(measure(args, durations, urls, meter))
+        with peers.running(deltas="appends", delta_text="x") as peer:
+            upstream = peer.realtime_url
+            bridge = spawn.Process(
+                target=run_bridge,
+                args=(upstream, ports, log_path),
+                name="bench-bridge",
+                daemon=True,
+            )
+            try:
+                bridge.start()
+                bridge_url = f"ws://127.0.0.1:{ports.get(timeout=30)}{STREAM_PATH}"
+                assert bridge.pid is not None
+                meter = CpuMeter(bridge_pid=bridge.pid, peer_pid=peer.pid)
+                urls: dict[Route, str] = {"direct": upstream, "bridge": bridge_url}
+                print(f"peer {upstream}, bridge {bridge_url} (pid {bridge.pid})", file=sys.stderr)
+                idle_cpu, paced, unpaced = run_loop(measure(args, durations, urls, meter))
+            finally:
+                stop(bridge)
     except BaseException:
         with contextlib.suppress(OSError):
             tail = Path(log_path).read_text(errors="replace").splitlines()[-20:]
@@ -526,8 +508,6 @@ def main(argv: list[str] | None = None) -> int:
                 print("bridge log (last lines):\n" + "\n".join(tail), file=sys.stderr)
         raise
     finally:
-        for process in reversed(processes):
-            stop(process)
         with contextlib.suppress(OSError):
             os.unlink(log_path)
 
@@ -561,6 +541,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # the finally in main() has already stopped the peer and bridge
+    except KeyboardInterrupt:  # main() has already stopped the peer and the bridge
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -20,25 +20,26 @@ steady window:
 Servers (the same client against each, in one invocation):
 
 - ``ours``: ``agent.server.create_app`` with the product pipeline (``pipelines.voice_agent``,
-  Twilio path), STT/LLM/TTS pointed at instant scripted peers (``bench/capacity_peers.py``)
-  in a separate process, so only our server's cost is measured.
+  Twilio path), STT/LLM/TTS pointed at instant peers (``bench/peers.py``: the shared test
+  fakes) in a separate process, so only our server's cost is measured.
 - ``stock``: Pipecat's stock Twilio setup: ``FastAPIWebsocketTransport`` +
   ``TwilioFrameSerializer`` → ``VADProcessor(SileroVADAnalyzer())`` per call → a canned 1 s
   reply → output, pipeline at 8 kHz as Pipecat's Twilio examples run it.
 
 N steps up until the server breaks (CPU saturated, p95 over 2x N=1, lost frames or
-unanswered turns). Results: ``bench/results/capacity.md`` and ``capacity.png``.
+unanswered turns). Results: ``bench/results/capacity.md`` and ``capacity.png`` (the plot
+needs matplotlib: ``pip install -e '.[bench]'``).
 
-    .venv/bin/python bench/capacity.py [--quick] [--servers ours,stock] [--calls 1,10,...]
+    .venv/bin/python -m bench.capacity [--quick] [--servers ours,stock] [--calls 1,10,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -46,29 +47,23 @@ import os
 import platform
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-with warnings.catch_warnings():  # μ-law as Twilio speaks it; Python 3.12 still ships audioop
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
+from fastapi import FastAPI, WebSocket  # module level: FastAPI reads the hints
+
+from bench import peers
+from bench.peers import Peers, stop_process, wait_http
+from tests.fakes.serving import free_port
+from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, ulaw_speech
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-from fastapi import FastAPI, WebSocket  # noqa: E402  (module level: FastAPI reads the hints)
-
-BENCH = ROOT / "bench" / "capacity.py"
 RESULTS_MD = ROOT / "bench" / "results" / "capacity.md"
 RESULTS_PNG = ROOT / "bench" / "results" / "capacity.png"
 SERVER_CORE, CLIENT_CORE = 0, 1
@@ -79,9 +74,6 @@ QUESTIONS = (
     "i would like to book a table for two people",
 )
 FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
-FRAME_S = 0.02
-LOUD_PEAK = 300
-SPEECH_PEAK = 500
 PAUSE_S = (1.0, 2.5)
 """Silence before each question, drawn uniformly: the caller waits for the answer."""
 ANSWER_WAIT_S = 2.6
@@ -128,9 +120,9 @@ def _stock_app() -> Any:
     )
     from pipecat.workers.runner import WorkerRunner
 
-    from bench.capacity_peers import tone
+    from tests.fakes.speech_server import tone
 
-    reply = tone(8000)
+    reply = tone(8000, 1.0)  # the same second of 440 Hz as the speech peer answers ours with
 
     class CannedReply(FrameProcessor):
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -192,26 +184,24 @@ def _stock_app() -> Any:
     return app
 
 
-def _our_app(peers_port: int) -> Any:
+def _our_app(at: Peers) -> Any:
     from agent.config import load_settings
     from agent.server import create_app
-    from bench.capacity_peers import TONE_RATE
 
-    base = f"http://127.0.0.1:{peers_port}"
     settings = load_settings(
         "default",
         overrides={
             "server": {"start_local_services": False, "max_calls": 10_000},
-            "stt": {"url": f"ws://127.0.0.1:{peers_port}/v1/realtime"},
-            "llm": {"base_url": f"{base}/v1", "model": "capacity-instant"},
-            "tts": {"kind": "openai", "base_url": f"{base}/v1", "sample_rate": TONE_RATE},
+            "stt": {"url": at.realtime_url},
+            "llm": {"base_url": at.base_url, "model": "capacity-instant"},
+            "tts": {"kind": "openai", "base_url": at.base_url, "sample_rate": peers.TONE_RATE},
         },
     )
     return create_app(settings)
 
 
-def serve(kind: str, port: int, peers_port: int, core: int, profile: str | None) -> None:
-    """Entry point of the server child (``--serve KIND PORT PEERS_PORT CORE``)."""
+def serve(kind: str, port: int, at: Peers, core: int, profile: str | None) -> None:
+    """Entry point of the server child (``--serve KIND PORT REALTIME_PORT HTTP_PORT CORE``)."""
     import uvicorn
     from loguru import logger
 
@@ -222,7 +212,7 @@ def serve(kind: str, port: int, peers_port: int, core: int, profile: str | None)
         from agent.transports.telephony import MediaStreamTransport
 
         MediaStreamTransport.pipeline_sample_rate = 16_000
-    app = _stock_app() if kind == "stock" else _our_app(peers_port)
+    app = _stock_app() if kind == "stock" else _our_app(at)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     if profile:
         _profile_on_signals(profile)
@@ -274,36 +264,6 @@ def _profile_on_signals(path: str) -> None:
 # ----------------------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} before it was ready")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=1) as answer:
-                if answer.status == 200:
-                    return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s")
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads) in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -320,29 +280,14 @@ def rss_bytes(pid: int) -> int:
 # ----------------------------------------------------------------------------- the callers
 
 
-def question_audio(text: str) -> bytes:
-    """A Piper-voice question as 8 kHz μ-law, trailing quiet trimmed to the last word."""
-    from tests.speech import speech_at
-
-    pcm = np.frombuffer(speech_at(text, 8000, voice="piper"), "<i2")
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SPEECH_PEAK)
-    start = max(0, int(loud[0]) - 800) if loud.size else 0
-    end = int(loud[-1]) + 1 if loud.size else len(pcm)
-    return audioop.lin2ulaw(pcm[start:end].tobytes(), 2)
+@functools.cache
+def question_frames() -> list[list[str]]:
+    """The Piper-voice questions as Twilio media payloads, trailing quiet trimmed."""
+    return [payloads(ulaw_speech(q, voice="piper", trim=True)) for q in QUESTIONS]
 
 
-def media_messages(ulaw: bytes) -> list[str]:
-    """Twilio ``media`` messages, one per 20 ms, ready to send."""
-    out = []
-    for i in range(0, len(ulaw), FRAME_BYTES):
-        payload = base64.b64encode(ulaw[i : i + FRAME_BYTES].ljust(FRAME_BYTES, b"\xff"))
-        media = {"payload": payload.decode()}
-        out.append(json.dumps({"event": "media", "streamSid": "MZcap", "media": media}))
-    return out
-
-
-SILENCE_MESSAGE = media_messages(b"\xff" * FRAME_BYTES)[0]
-"""20 ms of μ-law silence."""
+Script = list[tuple[list[str], bool]]
+"""One call's cycle: (20 ms frames, whether they are a question), in order."""
 
 
 @dataclass
@@ -359,100 +304,58 @@ class CallLog:
     error: str | None = None
 
 
-class Caller:
-    """One Twilio call: sends its script at real-time pace, records what comes back."""
+async def place_call(
+    index: int, script: Script, log: CallLog, url: str, begin: float, end: float, lead_in_s: float
+) -> None:
+    """One Twilio call: silence for ``lead_in_s``, then its script cycled at real-time pace on
+    one schedule from ``begin`` until ``end``; what came back after each question is that
+    turn's answer."""
+    import websockets
 
-    def __init__(
-        self,
-        index: int,
-        script: list[tuple[list[str], bool]],
-        log: CallLog,
-        lead_in_s: float = 0.0,
-    ) -> None:
-        self.index = index
-        self.script = script  # (messages, is_question) in order, cycled
-        self.lead_in = [SILENCE_MESSAGE] * int(lead_in_s / FRAME_S)  # once, before the cycle
-        self.log = log
-        self._turn: TurnRecord | None = None
-
-    async def run(self, url: str, begin: float, end: float) -> None:
-        import websockets
-
-        try:
-            async with websockets.connect(url, compression=None, max_queue=None) as ws:
-                sid = f"CA{self.index:06d}"
-                start = {
-                    "streamSid": "MZcap",
-                    "accountSid": "ACcap",
-                    "callSid": sid,
-                    "tracks": ["inbound"],
-                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-                    "customParameters": {},
-                }
-                await ws.send(json.dumps({"event": "connected", "protocol": "Call"}))
-                await ws.send(json.dumps({"event": "start", "streamSid": "MZcap", "start": start}))
-                reader = asyncio.create_task(self._read(ws))
-                try:
-                    await self._send(ws, begin, end)
-                    stop = {"event": "stop", "streamSid": "MZcap", "stop": {"callSid": sid}}
-                    await ws.send(json.dumps(stop))
-                finally:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await reader
-        except Exception as exc:  # a refused or broken call is a result, not a crash
-            self.log.error = f"{type(exc).__name__}: {exc}"
-
-    async def _send(self, ws: Any, begin: float, end: float) -> None:
-        loop = asyncio.get_running_loop()
-        sent = 0
-        first = [(self.lead_in, False)] if self.lead_in else []
-        while True:
-            for messages, is_question in first + self.script:
-                for i, message in enumerate(messages):
-                    due = begin + sent * FRAME_S
-                    now = loop.time()
-                    if now >= end:
-                        return
-                    if due > now:
-                        await asyncio.sleep(due - now)
-                    else:
-                        self.log.max_late_s = max(self.log.max_late_s, now - due)
-                    await ws.send(message)
-                    sent += 1
-                    if is_question and i == len(messages) - 1:
-                        self._turn = TurnRecord(loop.time())
-                        self.log.turns.append(self._turn)
-            first = []
-
-    async def _read(self, ws: Any) -> None:
-        loop = asyncio.get_running_loop()
-        async for message in ws:
-            if '"media"' not in message:
-                continue
-            ulaw = base64.b64decode(json.loads(message)["media"]["payload"])
-            turn = self._turn
-            if turn is None:
-                continue
-            turn.reply_bytes += len(ulaw)
-            if turn.first_loud is None and audioop.max(audioop.ulaw2lin(ulaw, 2), 2) > LOUD_PEAK:
-                turn.first_loud = loop.time()
+    try:
+        async with websockets.connect(url, compression=None, max_queue=None) as ws:
+            caller = TwilioCaller(
+                ws, f"CA{index:06d}", stream_sid=f"MZ{index:06d}", keep_events=False
+            )
+            questions: list[tuple[float, int]] = []  # speech end, media bytes received by then
+            try:
+                await caller.start()
+                caller.pace_from(begin)
+                ended = await caller.send([SILENCE] * int(lead_in_s / FRAME_S), until=end)
+                while ended is not None:
+                    for frames, is_question in script:
+                        ended = await caller.send(frames, until=end)
+                        if ended is None:
+                            break
+                        if is_question:
+                            questions.append((ended, caller.media_bytes))
+                await caller.stop()
+            finally:
+                await caller.close()
+    except Exception as exc:  # a refused or broken call is a result, not a crash
+        log.error = f"{type(exc).__name__}: {exc}"
+        return
+    log.max_late_s = caller.max_late_s
+    for (speech_end, before), (next_end, after) in itertools.pairwise(
+        [*questions, (math.inf, caller.media_bytes)]
+    ):
+        heard = caller.first_loud(speech_end, next_end)
+        log.turns.append(TurnRecord(speech_end, heard, after - before))
 
 
-def scripts(n: int, seed: int) -> list[list[tuple[list[str], bool]]]:
+def scripts(n: int, seed: int) -> list[Script]:
     """Each call's cycle: pause, question, wait for the answer (questions and pauses vary)."""
     rng = random.Random(seed)
-    questions = [media_messages(question_audio(q)) for q in QUESTIONS]
-    silence = SILENCE_MESSAGE
+    questions = question_frames()
     out = []
     for i in range(n):
-        cycle: list[tuple[list[str], bool]] = []
+        cycle: Script = []
         for k in range(len(QUESTIONS)):
-            pause = [silence] * int(rng.uniform(*PAUSE_S) / FRAME_S)
+            pause = [SILENCE] * int(rng.uniform(*PAUSE_S) / FRAME_S)
             cycle += [
                 (pause, False),
                 (questions[(i + k) % len(QUESTIONS)], True),
-                ([silence] * int(ANSWER_WAIT_S / FRAME_S), False),
+                ([SILENCE] * int(ANSWER_WAIT_S / FRAME_S), False),
             ]
         out.append(cycle)
     return out
@@ -494,7 +397,7 @@ def percentile(values: list[float], q: float) -> float:
 async def measure(
     kind: str,
     n: int,
-    peers_port: int,
+    at: Peers,
     *,
     window_s: float,
     ramp_s: float,
@@ -504,8 +407,8 @@ async def measure(
 ) -> Step:
     """Fresh server pinned to its core; warm-up call; N calls; measure the window."""
     port = free_port()
-    argv = [sys.executable, str(BENCH), "--serve", kind, str(port)]
-    argv += [str(peers_port), str(SERVER_CORE)]
+    argv = [sys.executable, "-m", "bench.capacity", "--serve", kind, str(port)]
+    argv += [str(at.realtime_port), str(at.http_port), str(SERVER_CORE)]
     if profile:
         argv += ["--profile-to", profile]
     log_file = (logs_dir / f"{kind}-{n}.log").open("wb")
@@ -514,35 +417,32 @@ async def measure(
     )
     url = f"ws://127.0.0.1:{port}/telephony/twilio/ws"
     step = Step(kind, n)
-    loop = asyncio.get_running_loop()
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz", proc)
         warm = CallLog()
-        now = loop.time()
-        warm_script = scripts(1, seed=99)
-        await Caller(0, warm_script[0], warm).run(url, now, now + 5.0)  # one question
+        now = time.monotonic()
+        (warm_script,) = scripts(1, seed=99)
+        await place_call(0, warm_script, warm, url, now, now + 5.0, lead_in_s=0.0)  # a question
         await asyncio.sleep(1.0)
         step.rss_base = rss_bytes(proc.pid)
 
         logs = [CallLog() for _ in range(n)]
-        t0 = loop.time() + 0.2
+        t0 = time.monotonic() + 0.2
         measure_from = t0 + ramp_s + settle_s
         measure_to = measure_from + window_s
         end = measure_to + ANSWER_WAIT_S  # the last measured question gets its answer
         phases = random.Random(n)
-        callers = [
-            Caller(i + 1, s, logs[i], lead_in_s=phases.uniform(0, PHASE_SPREAD_S))
-            for i, s in enumerate(scripts(n, seed=n))
-        ]
         tasks = []
-        for i, caller in enumerate(callers):
+        for i, script in enumerate(scripts(n, seed=n)):
             begin = t0 + ramp_s * i / n + FRAME_S * (i % 10) / 10  # spread over the 20 ms too
-            tasks.append(asyncio.create_task(caller.run(url, begin, end)))
-        await asyncio.sleep(max(0.0, measure_from - loop.time()))
+            lead_in_s = phases.uniform(0, PHASE_SPREAD_S)
+            call = place_call(i + 1, script, logs[i], url, begin, end, lead_in_s)
+            tasks.append(asyncio.create_task(call))
+        await asyncio.sleep(max(0.0, measure_from - time.monotonic()))
         if profile:
             os.kill(proc.pid, signal.SIGUSR2)
         cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-        await asyncio.sleep(max(0.0, measure_to - loop.time()))
+        await asyncio.sleep(max(0.0, measure_to - time.monotonic()))
         cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
         if profile:
             os.kill(proc.pid, signal.SIGUSR1)
@@ -613,7 +513,7 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPU(s) "
         f"({platform.machine()}, Python {platform.python_version()}), {took:.0f} s in all. "
-        f"Command: `.venv/bin/python bench/capacity.py{' --quick' if args.quick else ''}`.",
+        f"Command: `.venv/bin/python -m bench.capacity{' --quick' if args.quick else ''}`.",
         f"Server pinned to core {SERVER_CORE}; load client and scripted peers on core "
         f"{CLIENT_CORE}. Each call: Piper-voice questions (8 kHz μ-law, 20 ms frames, real-time "
         f"pace), {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.1f} s of silence before and {ANSWER_WAIT_S} s "
@@ -647,7 +547,7 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
     lines += [
         "",
         "Plot (`capacity.png`): left p95 turn latency (ms), right server CPU (% of its core), "
-        "both against N; blue = first server listed, orange = second.",
+        "both against N, a line per server (legend).",
     ]
     lines += ["", "### Side by side", ""]
     lines += summary(results)
@@ -739,158 +639,85 @@ def same_n_ratio(names: list[str], ours: list[Step], stock: list[Step]) -> list[
 # ----------------------------------------------------------------------------- PNG
 
 
-_DIGITS = {
-    "0": "111101101101111",
-    "1": "010110010010111",
-    "2": "111001111100111",
-    "3": "111001111001111",
-    "4": "101101111001001",
-    "5": "111100111001111",
-    "6": "111100111101111",
-    "7": "111001001001001",
-    "8": "111101111101111",
-    "9": "111101111001111",
-    ".": "000000000000010",
-    "%": "101001010100101",
-}
+def write_png(path: Path, results: dict[str, list[Step]]) -> bool:
+    """Two panels against N: p95 turn latency (ms) and server CPU (% of its core), a line per
+    server with dots at the measured N. Needs matplotlib (the ``bench`` extra); without it,
+    says how to get it and draws nothing (``False``)."""
+    try:
+        import matplotlib
 
-
-def _text(img: np.ndarray, x: int, y: int, text: str, color: tuple[int, int, int]) -> None:
-    for k, ch in enumerate(text):
-        glyph = _DIGITS.get(ch)
-        if glyph is None:
-            continue
-        for i, bit in enumerate(glyph):
-            if bit == "1":
-                r, c = y + 2 * (i // 3), x + k * 8 + 2 * (i % 3)
-                img[r : r + 2, c : c + 2] = color
-
-
-def _line(img: np.ndarray, p: tuple[float, float], q: tuple[float, float], color: Any) -> None:
-    steps = int(max(abs(q[0] - p[0]), abs(q[1] - p[1]))) + 1
-    xs = np.linspace(p[0], q[0], steps).round().astype(int)
-    ys = np.linspace(p[1], q[1], steps).round().astype(int)
-    for dx in (0, 1):
-        for dy in (0, 1):
-            ok = (ys + dy < img.shape[0]) & (xs + dx < img.shape[1]) & (ys >= 0) & (xs >= 0)
-            img[ys[ok] + dy, xs[ok] + dx] = color
-
-
-def write_png(path: Path, results: dict[str, list[Step]]) -> None:
-    """Two panels: p95 turn latency (ms) and server CPU (% of the core) against N.
-
-    Drawn with numpy and written with zlib (no plotting package here): blue = ours,
-    orange = stock; dots mark the measured N; x ticks every 20 calls, y ticks labelled.
-    """
-    import struct
-    import zlib
-
-    colors = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40)]
-    width, height, pw, ph, left, top = 900, 380, 380, 280, 60, 40
-    img = np.full((height, width, 3), 255, np.uint8)
-    max_n = max(s.calls for steps in results.values() for s in steps)
-    x_max = 20 * math.ceil(max_n / 20)
-    panels = [
-        ("p95", [[(s.calls, s.p95_s * 1e3) for s in steps] for steps in results.values()]),
-        ("cpu", [[(s.calls, s.cpu_util * 100) for s in steps] for steps in results.values()]),
-    ]
-    for k, (kind, series) in enumerate(panels):
-        ox = left + k * (pw + 80)
-        values = [v for pts in series for _, v in pts if not math.isnan(v)]
-        y_max = 100.0 if kind == "cpu" else max([*values, 1.0]) * 1.1
-        y_step = 20.0 if kind == "cpu" else 10 ** math.floor(math.log10(y_max / 2))
-        grid = (225, 225, 225)
-        for gx in range(0, x_max + 1, 20):
-            x = ox + pw * gx / x_max
-            _line(img, (x, top), (x, top + ph), grid)
-            _text(img, int(x) - 6, top + ph + 8, str(gx), (0, 0, 0))
-        gy = 0.0
-        while gy <= y_max:
-            y = top + ph - ph * gy / y_max
-            _line(img, (ox, y), (ox + pw, y), grid)
-            label = f"{gy:.0f}" + ("%" if kind == "cpu" else "")
-            _text(img, ox - 8 * len(label) - 4, int(y) - 5, label, (0, 0, 0))
-            gy += y_step
-        _line(img, (ox, top + ph), (ox + pw, top + ph), (0, 0, 0))
-        _line(img, (ox, top), (ox, top + ph), (0, 0, 0))
-        for color, pts in zip(colors, series, strict=False):
-            xy = [
-                (ox + pw * n / x_max, top + ph - ph * min(v, y_max) / y_max)
-                for n, v in pts
-                if not math.isnan(v)
-            ]
-            for a, b in itertools.pairwise(xy):
-                _line(img, a, b, color)
-            for x, y in xy:
-                img[int(y) - 3 : int(y) + 4, int(x) - 3 : int(x) + 4] = color
-    raw = b"".join(b"\x00" + row.tobytes() for row in img)
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        body = tag + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9))
-    path.write_bytes(png + chunk(b"IEND", b""))
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            "capacity.png not drawn: matplotlib is missing (pip install -e '.[bench]')",
+            file=sys.stderr,
+        )
+        return False
+    figure, (latency, cpu) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
+    for name, steps in results.items():
+        calls = [s.calls for s in steps]
+        latency.plot(calls, [s.p95_s * 1e3 for s in steps], marker="o", label=name)
+        cpu.plot(calls, [s.cpu_util * 100 for s in steps], marker="o", label=name)
+    latency.set(title="p95 turn latency", xlabel="concurrent calls (N)", ylabel="ms")
+    cpu.set(title="server CPU", xlabel="concurrent calls (N)", ylabel="% of its core")
+    cpu.set_ylim(0, 100)
+    latency.set_ylim(bottom=0)
+    for axes in (latency, cpu):
+        axes.set_xlim(left=0)
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
 
 
 # ----------------------------------------------------------------------------- main
 
 
-async def run(args: argparse.Namespace) -> tuple[dict[str, list[Step]], dict[str, str]]:
-    os.sched_setaffinity(0, {CLIENT_CORE})
-    peers_port = free_port()
-    peers = subprocess.Popen(  # noqa: ASYNC220 (before anything is measured)
-        [sys.executable, str(ROOT / "bench" / "capacity_peers.py"), str(peers_port)],
-        cwd=ROOT,
-        preexec_fn=lambda: os.sched_setaffinity(0, {CLIENT_CORE}),
-    )
+async def run(args: argparse.Namespace, at: Peers) -> tuple[dict[str, list[Step]], dict[str, str]]:
     results: dict[str, list[Step]] = {}
     notes: dict[str, str] = {}
-    try:
-        await asyncio.to_thread(wait_http, f"http://127.0.0.1:{peers_port}/health", peers)
-        with contextlib.ExitStack() as stack:
-            logs = args.logs or stack.enter_context(tempfile.TemporaryDirectory(prefix="capacity-"))
-            os.makedirs(logs, exist_ok=True)
-            for kind in args.servers:
-                steps: list[Step] = []
-                for n in args.calls:
-                    profile = (
-                        args.profile if (kind.startswith("ours") and n == args.profile_at) else None
+    with contextlib.ExitStack() as stack:
+        logs = args.logs or stack.enter_context(tempfile.TemporaryDirectory(prefix="capacity-"))
+        os.makedirs(logs, exist_ok=True)
+        for kind in args.servers:
+            steps: list[Step] = []
+            for n in args.calls:
+                profile = (
+                    args.profile if (kind.startswith("ours") and n == args.profile_at) else None
+                )
+                step = await measure(
+                    kind,
+                    n,
+                    at,
+                    window_s=window_for(n, args),
+                    ramp_s=args.ramp,
+                    settle_s=args.settle,
+                    profile=profile,
+                    logs_dir=Path(logs),
+                )
+                steps.append(step)
+                if step.reply_bytes and steps[0].reply_bytes:
+                    step.lost_frames = lost_frames(
+                        step, int(statistics.median(steps[0].reply_bytes))
                     )
-                    step = await measure(
-                        kind,
-                        n,
-                        peers_port,
-                        window_s=window_for(n, args),
-                        ramp_s=args.ramp,
-                        settle_s=args.settle,
-                        profile=profile,
-                        logs_dir=Path(logs),
-                    )
-                    steps.append(step)
-                    if step.reply_bytes and steps[0].reply_bytes:
-                        step.lost_frames = lost_frames(
-                            step, int(statistics.median(steps[0].reply_bytes))
-                        )
-                    why = broken(step, steps[0])
-                    print(
-                        f"[{kind}] N={n}: {step.cpu_per_call_s:.4f} CPU-s/call-s "
-                        f"({step.calls_per_core:.0f}/core, server {step.cpu_util:.0%}), "
-                        f"p50 {fmt_ms(step.p50_s)} p95 {fmt_ms(step.p95_s)} ms, "
-                        f"{step.rss_per_call / 2**20:.2f} MB/call, {step.turns} turns, "
-                        f"lost {step.lost_frames}, unanswered {step.unanswered}, "
-                        f"client late max {step.client_late_s * 1e3:.0f} ms"
-                        + (f" -- broken: {why}" if why else ""),
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    if why:
-                        notes[kind] = f"broke at N={n}: {why}."
-                        break
-                results[kind] = steps
-    finally:
-        stop_process(peers)
+                why = broken(step, steps[0])
+                print(
+                    f"[{kind}] N={n}: {step.cpu_per_call_s:.4f} CPU-s/call-s "
+                    f"({step.calls_per_core:.0f}/core, server {step.cpu_util:.0%}), "
+                    f"p50 {fmt_ms(step.p50_s)} p95 {fmt_ms(step.p95_s)} ms, "
+                    f"{step.rss_per_call / 2**20:.2f} MB/call, {step.turns} turns, "
+                    f"lost {step.lost_frames}, unanswered {step.unanswered}, "
+                    f"client late max {step.client_late_s * 1e3:.0f} ms"
+                    + (f" -- broken: {why}" if why else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if why:
+                    notes[kind] = f"broke at N={n}: {why}."
+                    break
+            results[kind] = steps
     return results, notes
 
 
@@ -908,12 +735,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--logs", help="keep each server's log here (KIND-N.log: one turn_latency line per turn)"
     )
-    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        kind, port, peers_port, core = args.serve
-        serve(kind, int(port), int(peers_port), int(core), args.profile_to)
+        kind, port, realtime_port, http_port, core = args.serve
+        at = Peers(int(realtime_port), int(http_port))
+        serve(kind, int(port), at, int(core), args.profile_to)
         return 0
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (one for the server, one for the client)")
@@ -927,14 +755,18 @@ def main(argv: list[str]) -> int:
     args.ramp = 2.0 if args.quick else 3.0
     args.settle = 2.0 if args.quick else 3.0
     started = time.monotonic()
-    results, notes = asyncio.run(run(args))
+    os.sched_setaffinity(0, {CLIENT_CORE})  # this client; the peers share its core
+    with peers.running(reply_seconds=1.0, core=CLIENT_CORE) as at:
+        results, notes = asyncio.run(run(args, at))
     report = render(results, notes, args, time.monotonic() - started)
     print(report)
     if not args.no_write:
         RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
         RESULTS_MD.write_text(report)
-        write_png(RESULTS_PNG, results)
-        print(f"written to {RESULTS_MD} and {RESULTS_PNG}", file=sys.stderr)
+        drawn = write_png(RESULTS_PNG, results)
+        print(
+            f"written to {RESULTS_MD}{' and ' + str(RESULTS_PNG) if drawn else ''}", file=sys.stderr
+        )
     return 0
 
 

@@ -10,9 +10,10 @@ Measured in one run, each beside its baseline:
    for each ``chunk_ms`` choice (the default is picked from this).
 3. Append framing: our concatenating encoder versus ``json.dumps``.
 
-The scripted peer runs in a separate process so its CPU is not counted.
+The peer (the test fakes' strict realtime peer: ``done`` at once after one empty delta; run by
+``bench/peers.py``) is a separate process so its CPU is not counted.
 
-    .venv/bin/python bench/stt_service.py [--turns 40] [--frames 3000]
+    .venv/bin/python -m bench.stt_service [--turns 40] [--frames 3000]
 """
 
 from __future__ import annotations
@@ -21,48 +22,32 @@ import argparse
 import asyncio
 import base64
 import json
-import multiprocessing
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loguru import logger
-from websockets.asyncio.client import connect
-from websockets.asyncio.server import serve
+from websockets.asyncio.client import ClientConnection, connect
 
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import RealtimeTranscriber
 from agent.stt.params import RealtimeSTTParams
 from agent.stt.protocol import Commit, SessionUpdate, encode_pcm_append
 from agent.stt.service import VoxtralRealtimeSTTService
+from bench import peers
 
 MODEL = "bench-model"
 FRAME = b"\x10\x00" * 320  # 20 ms at 16 kHz
 
 
-def run_instant_peer(port_queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    """A realtime peer that answers every final commit with ``done`` at once."""
-
-    async def handle(ws) -> None:  # type: ignore[no-untyped-def]
-        await ws.send(json.dumps({"type": "session.created", "id": "sess-bench", "created": 0}))
-        async for message in ws:
-            if '"final": true' in message:
-                await ws.send('{"type": "transcription.done", "text": "ok", "usage": null}')
-
-    async def main() -> None:
-        async with serve(handle, "127.0.0.1", 0, compression=None, max_size=None) as server:
-            port_queue.put(server.sockets[0].getsockname()[1])
-            await asyncio.Future()
-
-    asyncio.run(main())
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def until_done(ws: ClientConnection) -> None:
+    """Read past the deltas (vLLM sends an empty one before ``done``) to ``done``."""
+    while '"transcription.done"' not in await ws.recv():
+        pass
 
 
 async def bare_final_latency(url: str, turns: int) -> list[float]:
@@ -75,7 +60,7 @@ async def bare_final_latency(url: str, turns: int) -> list[float]:
             await ws.send(encode_pcm_append(FRAME * 10))
             started = time.perf_counter()
             await ws.send(Commit(final=True).to_json())
-            await ws.recv()
+            await until_done(ws)
             samples.append(time.perf_counter() - started)
     return samples
 
@@ -115,7 +100,7 @@ async def bare_cpu_per_frame(url: str, frames: int) -> float:
             if index % 50 == 49:
                 await asyncio.sleep(0)
         await ws.send(Commit(final=True).to_json())
-        await ws.recv()
+        await until_done(ws)
         return (time.process_time() - started) / frames
 
 
@@ -144,52 +129,46 @@ def framing_ratio(rounds: int = 20_000) -> tuple[float, float]:
     return dumps, ours
 
 
-async def main(args: argparse.Namespace) -> None:
+async def main(args: argparse.Namespace, url: str) -> None:
     logger.remove()
-    port_queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-    peer = multiprocessing.Process(target=run_instant_peer, args=(port_queue,), daemon=True)
-    peer.start()
-    try:
-        url = f"ws://127.0.0.1:{port_queue.get(timeout=10)}/v1/realtime"
-        await bare_final_latency(url, 5)  # warm up both paths
-        await service_final_latency(url, 5)
-        bare = await bare_final_latency(url, args.turns)
-        ours = await service_final_latency(url, args.turns)
-        print("## Final transcript latency (instant peer)\n")
-        print("| path | p50 ms | p95 ms |\n|---|---|---|")
-        for name, values in (("bare websockets client", bare), ("VoxtralRealtimeSTTService", ours)):
-            print(
-                f"| {name} | {statistics.median(values) * 1e3:.2f} | "
-                f"{percentile(values, 0.95) * 1e3:.2f} |"
-            )
+    await bare_final_latency(url, 5)  # warm up both paths
+    await service_final_latency(url, 5)
+    bare = await bare_final_latency(url, args.turns)
+    ours = await service_final_latency(url, args.turns)
+    print("## Final transcript latency (instant peer)\n")
+    print("| path | p50 ms | p95 ms |\n|---|---|---|")
+    for name, values in (("bare websockets client", bare), ("VoxtralRealtimeSTTService", ours)):
         print(
-            f"\nratio service/bare (p50): {statistics.median(ours) / statistics.median(bare):.2f}\n"
+            f"| {name} | {statistics.median(values) * 1e3:.2f} | "
+            f"{percentile(values, 0.95) * 1e3:.2f} |"
         )
+    print(f"\nratio service/bare (p50): {statistics.median(ours) / statistics.median(bare):.2f}\n")
 
-        bare_cpu = await bare_cpu_per_frame(url, args.frames)
-        print("## CPU per 20 ms audio frame\n")
-        print("| path | µs/frame | streams per core | ratio to bare |\n|---|---|---|---|")
-        print(f"| bare websockets client | {bare_cpu * 1e6:.1f} | {0.02 / bare_cpu:.0f} | 1.00 |")
-        for chunk_ms in (20, 40, 100):
-            cpu = await service_cpu_per_frame(url, args.frames, chunk_ms)
-            print(
-                f"| service, chunk_ms={chunk_ms} | {cpu * 1e6:.1f} | {0.02 / cpu:.0f} | "
-                f"{cpu / bare_cpu:.2f} |"
-            )
-        dumps, concat = framing_ratio()
-        print("\n## Append framing\n")
+    bare_cpu = await bare_cpu_per_frame(url, args.frames)
+    print("## CPU per 20 ms audio frame\n")
+    print("| path | µs/frame | streams per core | ratio to bare |\n|---|---|---|---|")
+    print(f"| bare websockets client | {bare_cpu * 1e6:.1f} | {0.02 / bare_cpu:.0f} | 1.00 |")
+    for chunk_ms in (20, 40, 100):
+        cpu = await service_cpu_per_frame(url, args.frames, chunk_ms)
         print(
-            f"json.dumps (base64 precomputed): {dumps * 1e6:.2f} µs; "
-            f"encode_pcm_append (base64 included): {concat * 1e6:.2f} µs; "
-            f"ratio {concat / dumps:.2f}"
+            f"| service, chunk_ms={chunk_ms} | {cpu * 1e6:.1f} | {0.02 / cpu:.0f} | "
+            f"{cpu / bare_cpu:.2f} |"
         )
-    finally:
-        peer.terminate()
-        peer.join(5)
+    dumps, concat = framing_ratio()
+    print("\n## Append framing\n")
+    print(
+        f"json.dumps (base64 precomputed): {dumps * 1e6:.2f} µs; "
+        f"encode_pcm_append (base64 included): {concat * 1e6:.2f} µs; "
+        f"ratio {concat / dumps:.2f}"
+    )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--turns", type=int, default=40)
-    parser.add_argument("--frames", type=int, default=3000)
-    asyncio.run(main(parser.parse_args()))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--turns", type=int, default=40, help="turns per latency measurement")
+    parser.add_argument("--frames", type=int, default=3000, help="20 ms frames per CPU figure")
+    arguments = parser.parse_args()
+    with peers.running(deltas="none") as peer:
+        asyncio.run(main(arguments, peer.realtime_url))

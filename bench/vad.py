@@ -13,7 +13,7 @@ shared batcher's queueing delay (window queued -> confidence) and mean batch siz
 latency of each ``analyze_audio`` call that completed a window, for both; and RAM per call
 (RSS growth per added, warmed-up analyzer, each kind measured in a fresh child process).
 
-    .venv/bin/python bench/vad.py [--streams 1,10,50,100] [--seconds 5] [--sample-rate 16000]
+    .venv/bin/python -m bench.vad [--streams 1,10,50,100] [--seconds 5] [--sample-rate 16000]
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 from loguru import logger
 from pipecat.audio.vad.silero import SileroVADAnalyzer
@@ -40,6 +38,7 @@ from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADState
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad import BatcherStats, SileroBatcher
 
+ROOT = Path(__file__).resolve().parent.parent
 FRAME_S = 0.020
 WINDOW_S = 0.032
 
@@ -58,9 +57,9 @@ class PacingOnly(VADAnalyzer):
 
 
 def test_audio(sample_rate: int, seconds: float = 12.0) -> bytes:
-    """Speech with pauses (espeak via tests/speech.py when available, else noise bursts)."""
+    """Speech with pauses (espeak via tests/fakes/speech.py when available, else noise bursts)."""
     try:
-        from tests.speech import SENTENCES, espeak_available, speech_at
+        from tests.fakes.speech import SENTENCES, espeak_available, speech_at
 
         if not espeak_available():
             raise RuntimeError("no espeak-ng")
@@ -208,9 +207,11 @@ def rss_table(args: argparse.Namespace) -> None:
     print("| analyzer | analyzers added | RSS per call |\n|---|---|---|")
     per_call: dict[str, float] = {}
     for kind, count in (("stock", 20), ("shared", 500)):
-        command = [sys.executable, __file__, "--rss-probe", kind, "--count", str(count)]
+        command = [sys.executable, "-m", "bench.vad", "--rss-probe", kind, "--count", str(count)]
         command += ["--sample-rate", str(args.sample_rate)]
-        out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
+        out = subprocess.run(
+            command, capture_output=True, text=True, check=True, timeout=600, cwd=ROOT
+        )
         per_call[kind] = float(out.stdout.strip().splitlines()[-1])
         print(f"| {kind} | {count} | {per_call[kind] / 1024:.1f} kB |")
     print(f"\nstock / shared: {per_call['stock'] / max(per_call['shared'], 1):.0f}x")

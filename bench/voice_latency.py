@@ -1,12 +1,14 @@
 """Voice-to-voice latency of a phone call on loopback, stage by stage.
 
-A Twilio Media Streams caller (20 ms 8 kHz μ-law frames at real-time pace, silence between
-questions, as Twilio sends) talks to our server (``agent.server.create_app``, the product's
-pipeline from ``pipelines.voice_agent``) over ``WS /telephony/twilio/ws``. For each turn the
-caller notes when the question's last speech frame left it and when the first non-silent
-``media`` frame came back: that gap is the voice-to-voice latency the caller hears.
+A Twilio Media Streams caller (``tests/fakes/twilio_caller.py``: 20 ms 8 kHz μ-law frames at
+real-time pace, silence between questions, as Twilio sends) talks to our server
+(``agent.server.create_app``, the product's pipeline) over ``WS /telephony/twilio/ws``. For
+each turn the caller notes when the question's last speech frame left it and when the first
+loud ``media`` frame came back: that gap is the voice-to-voice latency the caller hears.
 
-A Pipecat observer inside the server timestamps the stages of the same turn::
+The stages in between are the product's own: the turn-latency observer the server attaches
+to every call (:mod:`agent.observability.turn_latency`) logs one ``turn_latency`` line per
+turn with each stage's time from the end of speech, and this bench reads those lines::
 
     end of speech → VAD stop         Silero's vad_stop_secs of quiet, plus its own lag
                   → STT final        final commit → transcription.done → TranscriptionFrame
@@ -15,61 +17,54 @@ A Pipecat observer inside the server timestamps the stages of the same turn::
                   → transport out    BotStartedSpeakingFrame (the output transport writes audio)
                   → caller hears     serializer, WebSocket, the caller's decoding
 
-Client and server share one process (and ``time.monotonic``), so no clock alignment is
-needed; the models run where ``voice-agent serve`` runs them. Two configurations, one run:
+Client and server share one process and ``time.monotonic``. The observer's stages are timed
+from its own estimate of the end of speech (the VAD stop minus ``stop_secs``); the observer
+runs inline, so its line is logged the moment the first answer audio goes out, and that
+moment ties its times to the caller's. Two configurations, one run:
 
 - ``default``: the offline profile as ``voice-agent serve`` starts it -- the CPU ASR server
   (faster-whisper tiny.en behind vLLM's realtime protocol) and Piper's HTTP server as child
   processes under :class:`agent.local.supervisor.Supervisor`, and the built-in offline
   responder in place of an LLM.
-- ``instant``: scripted peers that answer at once, in one child process: a realtime STT peer
-  (deltas while audio flows, ``transcription.done`` with a fixed text on the final commit),
-  an OpenAI-compatible chat server streaming a short SSE answer (so the LLM service path is
-  exercised), and an OpenAI-compatible ``/v1/audio/speech`` returning a fixed tone. What is
-  left is our server's own overhead (plus Silero VAD, which is part of it).
+- ``instant``: the instant peers (``bench/peers.py``: the shared test fakes answering at once)
+  in one child process: a realtime STT peer, an OpenAI-compatible chat server streaming a
+  short SSE answer (so the LLM service path is exercised) and an OpenAI-compatible
+  ``/v1/audio/speech`` returning a fixed tone. What is left is our server's own overhead
+  (plus Silero VAD, which is part of it).
 
 Everything it starts, it stops. Results go to ``bench/results/voice_latency.md``.
 
-    .venv/bin/python bench/voice_latency.py [--turns 20] [--quick]
+    .venv/bin/python -m bench.voice_latency [--turns 20] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import datetime
-import json
 import math
 import os
 import platform
-import socket
 import statistics
 import sys
 import time
-import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-with warnings.catch_warnings():  # μ-law as the tests speak it; Python 3.12 still ships it
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop
+import uvicorn
+import websockets
+from loguru import logger
+
+from agent.local.supervisor import ChildSpec, Supervisor
+from agent.observability.metrics import STAGES
+from bench import peers
+from tests.fakes.serving import free_port
+from tests.fakes.twilio_caller import TwilioCaller, ulaw_speech
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import uvicorn  # noqa: E402
-import websockets  # noqa: E402
-from fastapi import FastAPI  # noqa: E402
-from loguru import logger  # noqa: E402
-
-from agent.local.supervisor import ChildSpec, Supervisor  # noqa: E402
-from bench.capacity_peers import TONE_RATE, peers_app  # noqa: E402
-
 RESULTS = ROOT / "bench" / "results" / "voice_latency.md"
 QUESTIONS = (
     "turn on the lights in the kitchen",
@@ -80,116 +75,57 @@ QUESTIONS = (
 TONE_SECONDS = 0.4
 """Length of the instant TTS peer's answer."""
 
-FRAME_BYTES = 160  # 20 ms of 8 kHz μ-law
-FRAME_S = 0.02
-ULAW_SILENCE = b"\xff" * FRAME_BYTES
-LOUD_PEAK = 300
-"""A returned frame whose decoded peak exceeds this (of 32767) counts as bot audio."""
-SPEECH_PEAK = 500
-"""Trailing samples of the question quieter than this are trimmed: speech ends at the last
-louder sample, so the VAD's wait is measured from the real end of the words."""
-
-STAGES = (
-    ("vad_stop", "VAD stop wait (end of speech → VADUserStoppedSpeaking)"),
-    ("stt_final", "STT final (VAD stop → final TranscriptionFrame)"),
-    ("llm_first", "LLM first token (final → first LLMTextFrame)"),
-    ("tts_first", "TTS first audio (first token → first TTSAudioRawFrame)"),
-    ("transport_out", "transport out (TTS audio → BotStartedSpeaking)"),
-    ("heard", "to the caller (transport out → first loud media frame)"),
-)
-
-
-# ----------------------------------------------------------------------------- scripted peers
-
-
-def instant_peers_app() -> FastAPI:
-    """The ``instant`` configuration's STT, LLM and TTS on one port, all answering at once."""
-    return peers_app(reply_seconds=TONE_SECONDS)
-
-
-def serve_instant_peers(port: int) -> None:
-    """Entry point of the peers' child process (``--serve-peers PORT``)."""
-    uvicorn.run(instant_peers_app(), host="127.0.0.1", port=port, log_level="warning")
+LABELS = {
+    "vad_stop": "VAD stop wait (end of speech → VADUserStoppedSpeaking)",
+    "stt_final": "STT final (VAD stop → final TranscriptionFrame)",
+    "llm_first_token": "LLM first token (final → first LLMTextFrame)",
+    "tts_first_audio": "TTS first audio (first token → first TTSAudioRawFrame)",
+    "first_audio_out": "transport out (TTS audio → BotStartedSpeaking)",
+    "heard": "to the caller (transport out → first loud media frame)",
+}
+MARKS = (*STAGES, "heard")
+"""The product's stages in order, then the caller hearing the answer."""
+assert set(MARKS) == set(LABELS), "the product's stages changed: label the new ones"
 
 
 # ----------------------------------------------------------------------------- server side
 
 
 @dataclass
-class StageLog:
-    """Stage events of every call, as ``(kind, time.monotonic())`` in push order."""
+class TurnLines:
+    """The ``turn_latency`` lines the product's observer logged, with when each was logged."""
 
-    events: list[tuple[str, float]] = field(default_factory=list)
+    lines: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
-    def first(self, kind: str, after: float, before: float = math.inf) -> float | None:
-        return next((t for k, t in self.events if k == kind and after <= t < before), None)
+    def write(self, message: Any) -> None:  # a loguru sink
+        self.lines.append((time.monotonic(), dict(message.record["extra"])))
+
+    def answered(
+        self, after: float, before: float = math.inf
+    ) -> list[tuple[float, dict[str, Any]]]:
+        """Answered turns logged in ``[after, before)``: logged as their first audio went out."""
+        return [(t, line) for t, line in self.lines if after <= t < before and line["complete"]]
 
 
-def stage_observer(log: StageLog) -> Any:
-    """A Pipecat observer that writes the stage events of a call into ``log``.
-
-    Observers run from a queue, after the fact, so the time comes from the frame's push
-    timestamp (the pipeline clock), mapped back onto ``time.monotonic``.
-    """
-    from pipecat.frames.frames import (
-        BotStartedSpeakingFrame,
-        LLMTextFrame,
-        TranscriptionFrame,
-        TTSAudioRawFrame,
-        VADUserStoppedSpeakingFrame,
+@contextlib.contextmanager
+def turn_lines() -> Iterator[TurnLines]:
+    """Collect every ``turn_latency`` line while the block runs."""
+    lines = TurnLines()
+    sink = logger.add(
+        lines.write, level="INFO", filter=lambda r: r["extra"].get("event") == "turn_latency"
     )
-    from pipecat.observers.base_observer import BaseObserver, FramePushed
-    from pipecat.processors.frame_processor import FrameDirection
-    from pipecat.transports.base_output import BaseOutputTransport
-
-    class StageObserver(BaseObserver):
-        async def on_push_frame(self, data: FramePushed) -> None:
-            if not data.first_push:
-                return
-            frame = data.frame
-            kind: str | None = None
-            if isinstance(frame, VADUserStoppedSpeakingFrame):
-                kind = "vad_stop"
-            elif isinstance(frame, TranscriptionFrame) and frame.text.strip():
-                kind = "stt_final"
-            elif type(frame) is LLMTextFrame:
-                kind = "llm_first"
-            elif isinstance(frame, TTSAudioRawFrame):
-                kind = "tts_first"
-            elif (
-                isinstance(frame, BotStartedSpeakingFrame)
-                and isinstance(data.source, BaseOutputTransport)
-                and data.direction == FrameDirection.DOWNSTREAM
-            ):
-                kind = "transport_out"
-            if kind is None:
-                return
-            clock = data.source.get_clock()
-            start_ns = time.monotonic_ns() - clock.get_time()
-            log.events.append((kind, (start_ns + data.timestamp) / 1e9))
-
-    return StageObserver()
-
-
-def observed_task_factory(log: StageLog) -> Any:
-    """The product's pipeline (``build_voice_agent_task``) with the stage observer added."""
-    from pipelines.voice_agent import build_voice_agent_task
-
-    def factory(
-        transport: Any, settings: Any, *, call_id: str, observers: list[Any] | None = None
-    ) -> Any:
-        watched = [*(observers or []), stage_observer(log)]
-        return build_voice_agent_task(transport, settings, call_id=call_id, observers=watched)
-
-    return factory
+    try:
+        yield lines
+    finally:
+        logger.remove(sink)
 
 
 @contextlib.asynccontextmanager
-async def running_server(settings: Any, log: StageLog) -> AsyncIterator[str]:
+async def running_server(settings: Any) -> AsyncIterator[str]:
     """Our app on 127.0.0.1 (a free port) in this process and loop; yields the ws URL."""
     from agent.server import create_app
 
-    app = create_app(settings, task_factory=observed_task_factory(log))
+    app = create_app(settings)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     )
@@ -207,18 +143,12 @@ async def running_server(settings: Any, log: StageLog) -> AsyncIterator[str]:
         await asyncio.wait_for(serving, 20)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def configuration(name: str) -> tuple[Any, list[ChildSpec]]:
     """Settings and the child processes to supervise for ``default`` or ``instant``."""
     from agent.config import load_settings
     from agent.serve import local_children
 
+    log_turns = {"log_turns": True}  # the stages come from these lines
     if name == "default":
         asr_port, tts_port = free_port(), free_port()
         settings = load_settings(
@@ -227,122 +157,43 @@ def configuration(name: str) -> tuple[Any, list[ChildSpec]]:
                 "asr_server": {"port": asr_port},
                 "stt": {"url": f"ws://127.0.0.1:{asr_port}/v1/realtime"},
                 "tts": {"base_url": f"http://127.0.0.1:{tts_port}"},
+                "observability": log_turns,
             },
         )
         return settings, local_children(settings)  # exactly what `voice-agent serve` starts
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    at = peers.Peers(free_port(), free_port())
     settings = load_settings(
         "default",
         overrides={
             "server": {"start_local_services": False},
-            "stt": {"url": f"ws://127.0.0.1:{port}/v1/realtime"},
-            "llm": {"base_url": f"{base}/v1", "model": "bench-instant"},
-            "tts": {"kind": "openai", "base_url": f"{base}/v1", "sample_rate": TONE_RATE},
+            "stt": {"url": at.realtime_url},
+            "llm": {"base_url": at.base_url, "model": "bench-instant"},
+            "tts": {"kind": "openai", "base_url": at.base_url, "sample_rate": peers.TONE_RATE},
+            "observability": log_turns,
         },
     )
-    peers = ChildSpec(
+    child = ChildSpec(
         name="instant-peers",
-        argv=[sys.executable, str(Path(__file__).resolve()), "--serve-peers", str(port)],
-        ready_url=f"{base}/health",
+        argv=peers.command(at, reply_seconds=TONE_SECONDS),
+        ready_url=at.health_url,
+        env={"PYTHONPATH": str(ROOT)},  # `-m bench.peers` from wherever this runs
     )
-    return settings, [peers]
+    return settings, [child]
 
 
 # ----------------------------------------------------------------------------- the caller
 
 
-class TwilioCaller:
-    """The Twilio side of a media stream: a frame every 20 ms, speech when queued, else silence."""
-
-    def __init__(self, ws: websockets.ClientConnection) -> None:
-        self.ws = ws
-        self.loud: list[float] = []  # arrival times of non-silent media frames
-        self.speech_ended = asyncio.Event()
-        self.speech_end = 0.0
-        self._pending: list[bytes] = []
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def start(self) -> None:
-        await self.ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1"}))
-        start = {
-            "streamSid": "MZbench",
-            "accountSid": "ACbench",
-            "callSid": "CAbench",
-            "tracks": ["inbound"],
-            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
-            "customParameters": {},
-        }
-        await self.ws.send(json.dumps({"event": "start", "streamSid": "MZbench", "start": start}))
-        self._tasks = [asyncio.create_task(self._send()), asyncio.create_task(self._read())]
-
-    async def say(self, ulaw: bytes) -> float:
-        """Queue a question; returns when its last frame was sent (the end of speech)."""
-        self.speech_ended.clear()
-        self._pending = [
-            ulaw[i : i + FRAME_BYTES].ljust(FRAME_BYTES, b"\xff")
-            for i in range(0, len(ulaw), FRAME_BYTES)
-        ]
-        await self.speech_ended.wait()
-        return self.speech_end
-
-    async def stop(self) -> None:
-        stop = {"event": "stop", "streamSid": "MZbench", "stop": {"callSid": "CAbench"}}
-        with contextlib.suppress(websockets.ConnectionClosed):
-            await self.ws.send(json.dumps(stop))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._tasks[1], 10)  # the server closes the stream
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _send(self) -> None:
-        begin = time.monotonic()
-        sent = 0
-        while True:
-            speaking = bool(self._pending)
-            frame = self._pending.pop(0) if speaking else ULAW_SILENCE
-            payload = base64.b64encode(frame).decode()
-            message = {"event": "media", "streamSid": "MZbench", "media": {"payload": payload}}
-            await self.ws.send(json.dumps(message))
-            if speaking and not self._pending:
-                self.speech_end = time.monotonic()
-                self.speech_ended.set()
-            sent += 1
-            await asyncio.sleep(max(0.0, begin + sent * FRAME_S - time.monotonic()))
-
-    async def _read(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for message in self.ws:
-                event = json.loads(message)
-                if event.get("event") != "media":
-                    continue
-                pcm = audioop.ulaw2lin(base64.b64decode(event["media"]["payload"]), 2)
-                if audioop.max(pcm, 2) > LOUD_PEAK:
-                    self.loud.append(time.monotonic())
-
-    def first_loud(self, after: float) -> float | None:
-        return next((t for t in self.loud if t >= after), None)
-
-    async def wait_bot_done(self, after: float, *, quiet_s: float, timeout_s: float) -> None:
-        """Wait for bot audio after ``after``, then until none has come for ``quiet_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            heard = self.first_loud(after)
-            if heard is not None and time.monotonic() - self.loud[-1] >= quiet_s:
-                return
-            await asyncio.sleep(0.05)
-
-
-def question_audio(text: str, voice: str) -> bytes:
-    """The question as 8 kHz μ-law, trailing quiet trimmed so it ends with the last word."""
-    from tests.speech import speech_at
-
-    pcm = np.frombuffer(speech_at(text, 8000, voice=voice), "<i2")
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SPEECH_PEAK)
-    start = max(0, int(loud[0]) - 800) if loud.size else 0  # keep 100 ms before the first word
-    end = int(loud[-1]) + 1 if loud.size else len(pcm)
-    return audioop.lin2ulaw(pcm[start:end].tobytes(), 2)
+async def wait_bot_done(
+    caller: TwilioCaller, after: float, *, quiet_s: float, timeout_s: float
+) -> None:
+    """Wait for bot audio after ``after``, then until none has come for ``quiet_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        heard = caller.first_loud(after)
+        if heard is not None and time.monotonic() - caller.loud_at[-1] >= quiet_s:
+            return
+        await asyncio.sleep(0.05)
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -355,53 +206,68 @@ class Turn:
     problem: str | None = None
 
 
-def timeline(log: StageLog, caller: TwilioCaller, speech_start: float, speech_end: float) -> Turn:
-    """The turn's milestones, each the first of its kind after the previous one."""
+def timeline(
+    lines: TurnLines, caller: TwilioCaller, speech_start: float, speech_end: float
+) -> Turn:
+    """The turn's milestones from the caller's end of speech: the product's stages, placed
+    on the caller's clock by the moment the observer logged the answered turn."""
     marks: dict[str, float] = {}
-    early = log.first("transport_out", speech_start, speech_end)
-    after = speech_end
-    for kind, _label in STAGES:
-        t = caller.first_loud(after) if kind == "heard" else log.first(kind, after)
-        if t is None:
-            return Turn("", marks, f"no {kind} event")
-        marks[kind] = t - speech_end
-        after = t
-    problem = "bot audio started before the question ended" if early is not None else None
+    answered = lines.answered(speech_end)
+    if not answered:
+        return Turn("", marks, "no answered turn_latency line")
+    out_at, line = answered[0]
+    out_ms = line["first_audio_out_ms"]
+    for stage in STAGES:
+        ms = line[f"{stage}_ms"]
+        if ms is None:
+            return Turn("", marks, f"no {stage}")
+        marks[stage] = out_at - (out_ms - ms) / 1e3 - speech_end
+    heard = caller.first_loud(out_at)
+    if heard is None:
+        return Turn("", marks, "no loud audio at the caller")
+    marks["heard"] = heard - speech_end
+    early = lines.answered(speech_start, speech_end)
+    problem = "bot audio started before the question ended" if early else None
     return Turn("", marks, problem)
 
 
 async def measure(name: str, turns: int, calls: int, voice: str, warmup: int) -> list[Turn]:
     """Start the configuration, place ``calls`` calls with ``turns`` turns in all, stop it."""
     settings, children = configuration(name)
-    questions = {q: question_audio(q, voice) for q in QUESTIONS}
-    log = StageLog()
+    questions = {q: ulaw_speech(q, voice=voice, trim=True) for q in QUESTIONS}
     results: list[Turn] = []
     per_call = [turns // calls + (1 if i < turns % calls else 0) for i in range(calls)]
     started = time.monotonic()
-    async with Supervisor(children) as _supervisor, running_server(settings, log) as url:
-        print(f"[{name}] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        index = 0
-        for call, count in enumerate(per_call):
-            async with websockets.connect(url, compression=None) as ws:
-                caller = TwilioCaller(ws)
-                await caller.start()
-                await asyncio.sleep(0.6)  # the STT connects while Twilio sends silence
-                for turn_no in range(count + (warmup if call == 0 else 0)):
-                    text = QUESTIONS[index % len(QUESTIONS)]
-                    index += 1
-                    speech_start = time.monotonic()
-                    speech_end = await caller.say(questions[text])
-                    await caller.wait_bot_done(speech_end, quiet_s=0.5, timeout_s=15)
-                    await asyncio.sleep(0.3)  # let the last stage events reach the log
-                    turn = timeline(log, caller, speech_start, speech_end)
-                    turn.question = text
-                    if call == 0 and turn_no < warmup:
-                        continue
-                    results.append(turn)
-                    total = turn.marks.get("heard")
-                    shown = f"{total * 1e3:.0f} ms" if total is not None else turn.problem
-                    print(f"[{name}] turn {len(results)}: {shown}", file=sys.stderr)
-                await caller.stop()
+    with turn_lines() as lines:
+        async with Supervisor(children) as _supervisor, running_server(settings) as url:
+            print(f"[{name}] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
+            index = 0
+            for call, count in enumerate(per_call):
+                async with websockets.connect(url, compression=None) as ws:
+                    caller = TwilioCaller(ws, f"CA{call:04d}")
+                    await caller.start()
+                    async with caller.quiet():
+                        await asyncio.sleep(0.6)  # the STT connects while Twilio sends silence
+                    for turn_no in range(count + (warmup if call == 0 else 0)):
+                        text = QUESTIONS[index % len(QUESTIONS)]
+                        index += 1
+                        speech_start = time.monotonic()
+                        speech_end = await caller.speak(questions[text])
+                        async with caller.quiet():
+                            await wait_bot_done(caller, speech_end, quiet_s=0.5, timeout_s=15)
+                            await asyncio.sleep(0.3)  # let the turn's line reach the log
+                        turn = timeline(lines, caller, speech_start, speech_end)
+                        turn.question = text
+                        if call == 0 and turn_no < warmup:
+                            continue
+                        results.append(turn)
+                        total = turn.marks.get("heard")
+                        shown = f"{total * 1e3:.0f} ms" if total is not None else turn.problem
+                        print(f"[{name}] turn {len(results)}: {shown}", file=sys.stderr)
+                    await caller.stop()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(caller.closed.wait(), 10)  # the server hangs up
+                    await caller.close()
     return results
 
 
@@ -416,9 +282,9 @@ def percentile(values: list[float], q: float) -> float:
 def increments(turn: Turn) -> dict[str, float]:
     out: dict[str, float] = {}
     previous = 0.0
-    for kind, _label in STAGES:
-        out[kind] = turn.marks[kind] - previous
-        previous = turn.marks[kind]
+    for mark in MARKS:
+        out[mark] = turn.marks[mark] - previous
+        previous = turn.marks[mark]
     out["total"] = turn.marks["heard"]
     return out
 
@@ -433,8 +299,9 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPU(s) "
         f"({platform.machine()}, Python {platform.python_version()}), "
-        f"{seconds:.0f} s in all. Command: `.venv/bin/python bench/voice_latency.py"
+        f"{seconds:.0f} s in all. Command: `.venv/bin/python -m bench.voice_latency"
         + (" --quick" if args.quick else f" --turns {args.turns}")
+        + ("" if len(args.configurations) == 2 else f" --configurations {names[0]}")
         + "`.",
         f"Caller: {args.voice} voice questions ({len(QUESTIONS)} sentences in turn), 20 ms 8 kHz "
         "μ-law frames at real-time pace, silence between questions; "
@@ -450,7 +317,8 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         + " |",
         "|---|" + "---|---|" * len(names),
     ]
-    for kind, label in (*STAGES, ("total", "**voice-to-voice** (end of speech → caller hears)")):
+    total = ("total", "**voice-to-voice** (end of speech → caller hears)")
+    for kind, label in (*LABELS.items(), total):
         cells = []
         for name in names:
             values = [inc[kind] for inc in good[name]]
@@ -476,9 +344,11 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         )
     lines += [
         "",
-        "Stage marks come from a Pipecat observer in the server (frame push times on the "
-        "pipeline clock); the caller's marks from the same `time.monotonic`. p50/p95 of the "
-        "per-turn stage times; stage medians need not add up to the total's median.",
+        "Stage marks come from the server's own turn-latency observer (its `turn_latency` "
+        "log line per turn, pipeline-clock times from its estimate of the end of speech), "
+        "placed on the caller's `time.monotonic` by the moment the line was logged (the "
+        "observer runs inline, as the first answer audio goes out). p50/p95 of the per-turn "
+        "stage times; stage medians need not add up to the total's median.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -490,7 +360,7 @@ async def run(args: argparse.Namespace) -> tuple[str, bool]:
     turns = 5 if args.quick else args.turns
     started = time.monotonic()
     results: dict[str, list[Turn]] = {}
-    for name in ("default", "instant"):
+    for name in args.configurations:
         results[name] = await measure(name, turns, args.calls, args.voice, warmup=1)
     ok = all(any(t.problem is None for t in turns) for turns in results.values())
     return render(results, args, time.monotonic() - started), ok
@@ -503,13 +373,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="5 turns per configuration")
     parser.add_argument("--voice", choices=("piper", "espeak"), default="piper")
     parser.add_argument("--output", default=str(RESULTS), help="where to write the table")
-    parser.add_argument("--serve-peers", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--configurations",
+        default="default,instant",
+        help="comma list of default, instant (one alone: a quicker check)",
+    )
     args = parser.parse_args(argv)
-    if args.serve_peers is not None:
-        serve_instant_peers(args.serve_peers)
-        return 0
     if args.turns < 1 or args.calls < 1:
         parser.error("--turns and --calls must be at least 1")
+    args.configurations = [c.strip() for c in args.configurations.split(",") if c.strip()]
+    if not args.configurations or set(args.configurations) - {"default", "instant"}:
+        parser.error("--configurations takes a comma list of default, instant")
     report, ok = asyncio.run(run(args))
     print(report)
     output = Path(args.output)

@@ -7,17 +7,15 @@ model costs a second or two; every test talks to it as a real client would.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.speech import espeak_available
+from tests.fakes.serving import BackgroundServer
+from tests.fakes.speech import espeak_available
 
 ASR_MODEL_NAME = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 """The served model name the offline ASR server answers to, as a Voxtral vLLM server would."""
@@ -40,40 +38,6 @@ def wait_until_ready(http_url: str, *, timeout_s: float = 60.0) -> None:
             last_error = exc
         time.sleep(0.05)
     raise TimeoutError(f"{http_url}/health did not answer 200 within {timeout_s} s: {last_error}")
-
-
-class BackgroundServer:
-    """A uvicorn server on 127.0.0.1:0 in a daemon thread with its own event loop."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._run, name="test-server", daemon=True)
-        self._error: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self.server.serve())  # no signal handlers outside the main thread
-        except BaseException as exc:  # surfaced by start()
-            self._error = exc
-
-    def start(self, *, timeout_s: float = 60.0) -> int:
-        """Start serving and return the bound port."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"test server did not start: {self._error!r}")
-            time.sleep(0.02)
-        port: int = self.server.servers[0].sockets[0].getsockname()[1]
-        return port
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self._thread.join(timeout=15)
 
 
 @pytest.fixture(scope="session")

@@ -11,15 +11,14 @@ from typing import Any
 
 import httpx
 import pytest
-import websockets
-from fastapi import FastAPI
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
 from agent.config import Settings, load_settings
 from agent.server import PLAYGROUND_DIR, create_app
-from agent.stt.protocol import SessionCreated
-from tests.agent.transports.stack import background, running_server
+from tests.agent.transports.stack import running_server
+from tests.fakes.chat_server import ChatServer
+from tests.fakes.realtime_peer import RealtimePeer
 
 VIDEO_ONLY_SDP = (
     "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
@@ -33,25 +32,15 @@ def _never_called(transport: BaseTransport, settings: Settings, *, call_id: str)
 
 @pytest.fixture
 async def stt_peer() -> AsyncIterator[str]:
-    async def greet(ws: Any) -> None:
-        await ws.send(SessionCreated(id="sess-1", created=1).to_json())
-        await ws.wait_closed()
-
-    async with websockets.serve(greet, "127.0.0.1", 0) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
+    async with RealtimePeer(model=None) as peer:  # greets with session.created, as vLLM does
+        yield peer.url
 
 
 @pytest.fixture(scope="module")
 def http_peer() -> Iterator[str]:
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "m"}]}
-
-    with background(app) as url:
-        yield url
+    """An OpenAI-compatible server answering ``GET /v1/models`` (the LLM and TTS probes)."""
+    with ChatServer() as server:
+        yield server.url
 
 
 def settings_for(stt_url: str, llm_url: str | None, tts_url: str, **server: Any) -> Settings:

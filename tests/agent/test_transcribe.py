@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ASR_MODEL_NAME, requires_espeak
-from tests.speech import speech_at, word_error_rate, write_wav
+from tests.fakes.speech import speech_at, word_error_rate, write_wav
 
 pytestmark = requires_espeak
 SENTENCE = "what is the weather like in paris today"

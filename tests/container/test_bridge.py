@@ -38,7 +38,7 @@ from container.bridge.relay import (
 )
 from container.bridge.settings import BridgeSettings, SettingsError
 from tests.conftest import requires_espeak
-from tests.speech import speech_at, word_error_rate
+from tests.fakes.speech import speech_at, word_error_rate
 
 from .conftest import RunningBridge, ScriptedUpstream, bridge_settings, running_bridge, until
 

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from agent.local.piper_server import piper_child
 from agent.local.supervisor import Supervisor
+from tests.fakes.serving import free_port
 
 requires_piper_http = pytest.mark.skipif(
     importlib.util.find_spec("piper") is None or importlib.util.find_spec("flask") is None,
     reason="Piper's HTTP server needs piper-tts[http] (flask): pip install 'piper-tts[http]'",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")

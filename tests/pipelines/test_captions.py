@@ -17,7 +17,7 @@ from agent.stt.service import VoxtralRealtimeSTTService
 from pipelines import captions
 from pipelines.captions import CaptionBoard, CaptionSession, to_stt_pcm
 from tests.conftest import requires_espeak
-from tests.speech import speech_at, word_error_rate
+from tests.fakes.speech import speech_at, word_error_rate
 
 
 def test_without_gradio_exits_2_with_the_install_command(

@@ -17,8 +17,9 @@ from agent.config import TTSSettings
 from agent.local.piper_server import voice_name
 from agent.tts import OpenAISpeechService, PiperHTTPTTSService
 from pipelines.services import tts_service
-from tests.pipelines.conftest import free_port, requires_piper_http
-from tests.pipelines.servers import SpeechServer
+from tests.fakes.serving import free_port
+from tests.fakes.speech_server import SpeechServer
+from tests.pipelines.conftest import requires_piper_http
 
 
 def audio_of(frames: list[object]) -> tuple[np.ndarray, int]:
@@ -72,9 +73,8 @@ def test_piper_is_never_imported_into_our_process() -> None:
 
 @pytest.fixture
 def speech_server() -> Iterator[SpeechServer]:
-    server = SpeechServer()
-    yield server
-    server.stop()
+    with SpeechServer() as server:
+        yield server
 
 
 async def test_openai_speech_sends_model_voice_key_and_plays_pcm(

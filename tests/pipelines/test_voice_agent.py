@@ -22,24 +22,23 @@ from agent.config import Settings, load_settings
 from agent.stt import SAMPLE_RATE
 from pipelines.voice_agent import build_voice_agent_task
 from tests.conftest import requires_espeak
+from tests.fakes.chat_server import ChatServer
+from tests.fakes.speech import speech_at, word_error_rate
+from tests.fakes.speech_server import SpeechServer
 from tests.pipelines.conftest import requires_piper_http
 from tests.pipelines.loopback import LoopbackTransport
-from tests.pipelines.servers import ChatServer, SpeechServer
-from tests.speech import speech_at, word_error_rate
 
 
 @pytest.fixture
 def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer()
-    yield server
-    server.stop()
+    with ChatServer() as server:
+        yield server
 
 
 @pytest.fixture
 def speech_server() -> Iterator[SpeechServer]:
-    server = SpeechServer()
-    yield server
-    server.stop()
+    with SpeechServer() as server:
+        yield server
 
 
 def find(root: Any, kind: type) -> Any:
@@ -168,8 +167,7 @@ async def test_barge_in_leaves_only_the_spoken_part_of_the_answer_in_the_context
 ) -> None:
     """The caller talks over a long answer: the next request to the LLM carries the sentences
     the caller heard, not the ones the LLM wrote but nobody played."""
-    chat = ChatServer(answer=" ".join(f"Sentence {n} is here." for n in NUMBERS))
-    try:
+    with ChatServer(answer=" ".join(f"Sentence {n} is here." for n in NUMBERS)) as chat:
         settings = settings_for(
             asr_server_url,
             asr_model_name,
@@ -196,8 +194,6 @@ async def test_barge_in_leaves_only_the_spoken_part_of_the_answer_in_the_context
         assert len(synthesized) > len(heard)
         # ...and the request answers the interruption (tiny.en may mishear its end).
         assert "call me" in role_text(chat.requests[1]["messages"][-1]).lower()
-    finally:
-        chat.stop()
 
 
 start_call_fixture: Any = None

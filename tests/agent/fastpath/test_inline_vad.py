@@ -25,7 +25,7 @@ from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.vad_hosting_transport import VADHostingInputTransport
 from agent.transports.traits import HostsVAD
 from tests.conftest import requires_espeak
-from tests.speech import conversation, frames_of
+from tests.fakes.speech import conversation, frames_of
 
 EVENTS = (
     VADUserStartedSpeakingFrame,

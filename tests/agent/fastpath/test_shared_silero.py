@@ -28,7 +28,7 @@ from pipecat.tests.utils import run_test
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad import SileroBatcher, SileroStream
 from tests.conftest import requires_espeak
-from tests.speech import conversation, frames_of
+from tests.fakes.speech import conversation, frames_of
 
 pytestmark = requires_espeak
 

@@ -34,8 +34,9 @@ from agent.stt.protocol import (
     encode_pcm_append,
     parse_server_event,
 )
-from tests.conftest import BackgroundServer, requires_espeak
-from tests.speech import speech_at, word_error_rate
+from tests.conftest import requires_espeak
+from tests.fakes.serving import BackgroundServer
+from tests.fakes.speech import speech_at, word_error_rate
 
 pytestmark = [requires_espeak, pytest.mark.timeout(60)]
 

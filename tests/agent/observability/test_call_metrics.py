@@ -22,13 +22,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.observability.metrics import STAGES
 from tests.agent.transports.stack import (
     async_wait_for,
-    background,
-    espeak_speech_app,
     running_server,
     stack_settings,
 )
-from tests.agent.transports.twilio_caller import TwilioCaller, ulaw_speech
 from tests.conftest import requires_espeak
+from tests.fakes.serving import background
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.twilio_caller import TwilioCaller, ulaw_speech
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
@@ -77,8 +77,8 @@ async def test_a_call_fills_every_stage_histogram_and_exports_its_turn(
 ) -> None:
     pytest.importorskip("opentelemetry.sdk", reason="tracing needs the tracing extra")
     spans: list[Any] = []
-    with background(espeak_speech_app()) as tts_url, background(otlp_collector(spans)) as otlp:
-        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url)
+    with SpeechServer(voice="espeak") as tts, background(otlp_collector(spans)) as otlp:
+        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
         settings.observability.otel_enabled = True
         settings.observability.otlp_endpoint = otlp
         with running_server(settings) as (url, app):

@@ -27,13 +27,12 @@ from fastapi import FastAPI
 
 from tests.agent.transports.stack import (
     async_wait_for,
-    background,
-    espeak_speech_app,
     running_server,
     stack_settings,
 )
 from tests.conftest import requires_espeak
-from tests.speech import speech_at, words, write_wav
+from tests.fakes.speech import speech_at, words, write_wav
+from tests.fakes.speech_server import SpeechServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -48,8 +47,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with background(espeak_speech_app()) as tts_url:
-        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url)
+    with SpeechServer(voice="espeak") as tts:
+        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
         with running_server(settings) as running:
             yield running
 

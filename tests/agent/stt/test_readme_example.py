@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import requires_espeak
-from tests.speech import speech_at, word_error_rate, write_wav
+from tests.fakes.speech import speech_at, word_error_rate, write_wav
 
 ROOT = Path(__file__).resolve().parents[3]
 SENTENCE = "what is the weather like in paris today"

@@ -337,7 +337,7 @@ async def test_spoken_sentence_is_transcribed_through_sagemaker(
         encode_pcm_append,
         parse_server_event,
     )
-    from tests.speech import espeak_available, speech_at, word_error_rate
+    from tests.fakes.speech import espeak_available, speech_at, word_error_rate
 
     if not espeak_available():
         pytest.skip("espeak-ng is not installed")

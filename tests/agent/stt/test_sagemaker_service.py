@@ -26,7 +26,7 @@ from agent.stt.service import VoxtralRealtimeSTTService
 from tests.conftest import requires_espeak
 from tests.container.conftest import bridge_settings, running_bridge
 from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
-from tests.speech import speech_at, word_error_rate, write_wav
+from tests.fakes.speech import speech_at, word_error_rate, write_wav
 
 pytestmark = [requires_espeak, pytest.mark.usefixtures("aws_environment")]
 ENDPOINT, REGION = "voxtral-realtime", "us-east-1"

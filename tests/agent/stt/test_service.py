@@ -1,20 +1,20 @@
-"""The Voxtral STT service against a strict protocol peer: every rule of vLLM's realtime
-protocol is checked on the wire, and the peer's "transcript" is the number of samples it
-received, so lost or duplicated audio shows up as a wrong number."""
+"""The Voxtral STT service against the strict realtime peer (``tests/fakes/realtime_peer.py``):
+every rule of vLLM's realtime protocol is checked on the wire, and the peer's "transcript" is
+the number of samples it received, so lost or duplicated audio shows up as a wrong number."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
 import pytest
 
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.params import RealtimeSTTParams
+from agent.stt.protocol import ErrorEvent, TranscriptionDelta
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.agent.stt.harness import SttHarness
-from tests.agent.stt.strict_peer import StrictPeer
+from tests.fakes.realtime_peer import Generation, RealtimePeer, Send
 
 MODEL = "voxtral-test"
 
@@ -40,7 +40,7 @@ def make_service(url: str, **kwargs: object) -> VoxtralRealtimeSTTService:
 
 
 async def test_a_turn_is_one_generation_with_every_sample_and_a_finalized_transcript() -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url)) as h:
             await h.say(tone(1.0, 16_000))
             final = await h.final()
@@ -54,7 +54,7 @@ async def test_a_turn_is_one_generation_with_every_sample_and_a_finalized_transc
     ("rate", "channels"), [(8_000, 1), (24_000, 1), (48_000, 1), (48_000, 2), (16_000, 2)]
 )
 async def test_any_input_format_reaches_the_server_as_16khz_mono(rate: int, channels: int) -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url), sample_rate=rate) as h:
             await h.say(tone(1.0, rate, channels=channels), channels=channels)
             await h.final()
@@ -68,7 +68,7 @@ async def test_any_input_format_reaches_the_server_as_16khz_mono(rate: int, chan
 
 
 async def test_preroll_carries_the_audio_heard_just_before_the_vad_fired() -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.3)) as h:
             await h.frames(tone(1.0, 16_000, freq=200))  # idle audio, only its tail is kept
             await h.say(tone(0.5, 16_000))
@@ -90,7 +90,7 @@ async def test_idle_phone_audio_is_kept_as_it_came_and_resampled_only_when_a_tur
         return convert(self, pcm, rate, channels)
 
     monkeypatch.setattr(StreamConverter, "convert", counting_convert)
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.3), sample_rate=8_000) as h:
             await h.frames(tone(2.0, 8_000, freq=200))  # idle: only its last 0.3 s is kept
             assert resampled == []
@@ -103,7 +103,7 @@ async def test_idle_phone_audio_is_kept_as_it_came_and_resampled_only_when_a_tur
 
 
 async def test_a_turn_without_audio_sends_no_commit_at_all() -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
             await h.say(b"")
             await h.say(tone(0.2, 16_000))
@@ -114,14 +114,13 @@ async def test_a_turn_without_audio_sends_no_commit_at_all() -> None:
 
 
 async def test_deltas_become_accumulated_interim_frames_and_empty_ones_are_ignored() -> None:
-    async def speak_back(ws, generation) -> None:  # type: ignore[no-untyped-def]
+    async def speak_back(send: Send, generation: Generation) -> None:
         count = len(generation.audio) // 640
         if count in (5, 10):
-            await ws.send(json.dumps({"type": "transcription.delta", "delta": ""}))
-            word = "hello" if count == 5 else " world"
-            await ws.send(json.dumps({"type": "transcription.delta", "delta": word}))
+            await send(TranscriptionDelta(""))
+            await send(TranscriptionDelta("hello" if count == 5 else " world"))
 
-    async with StrictPeer(model=MODEL, on_append=speak_back) as peer:
+    async with RealtimePeer(model=MODEL, on_append=speak_back) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
             await h.say(tone(0.5, 16_000), pace=4)
             await h.final()
@@ -130,7 +129,7 @@ async def test_deltas_become_accumulated_interim_frames_and_empty_ones_are_ignor
 
 
 async def test_a_new_turn_waits_for_the_previous_done_instead_of_overlapping() -> None:
-    async with StrictPeer(model=MODEL, hold_finals=asyncio.Event()) as peer:
+    async with RealtimePeer(model=MODEL, hold_finals=asyncio.Event()) as peer:
         assert peer.hold_finals is not None
         async with SttHarness(make_service(peer.url, preroll_s=0.0, final_timeout_s=30)) as h:
             await h.say(tone(0.3, 16_000))
@@ -146,7 +145,7 @@ async def test_a_new_turn_waits_for_the_previous_done_instead_of_overlapping() -
 
 
 async def test_an_empty_turn_while_waiting_for_done_does_not_block_later_turns() -> None:
-    async with StrictPeer(model=MODEL, hold_finals=asyncio.Event()) as peer:
+    async with RealtimePeer(model=MODEL, hold_finals=asyncio.Event()) as peer:
         assert peer.hold_finals is not None
         async with SttHarness(make_service(peer.url, preroll_s=0.0, final_timeout_s=30)) as h:
             await h.say(tone(0.3, 16_000))
@@ -175,13 +174,13 @@ async def test_an_empty_turn_while_waiting_for_done_does_not_block_later_turns()
 async def test_error_events_become_pipeline_errors_and_the_call_goes_on(code: str) -> None:
     sent = False
 
-    async def complain_once(ws, generation) -> None:  # type: ignore[no-untyped-def]
+    async def complain_once(send: Send, generation: Generation) -> None:
         nonlocal sent
         if not sent:
             sent = True
-            await ws.send(json.dumps({"type": "error", "error": "something broke", "code": code}))
+            await send(ErrorEvent("something broke", code))
 
-    async with StrictPeer(model=MODEL, on_append=complain_once) as peer:
+    async with RealtimePeer(model=MODEL, on_append=complain_once) as peer:
         async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
             await h.say(tone(0.5, 16_000), pace=4)
             final = await h.final()
@@ -194,25 +193,17 @@ async def test_error_events_become_pipeline_errors_and_the_call_goes_on(code: st
 
 
 async def test_a_dropped_socket_mid_turn_is_replayed_so_no_audio_is_lost() -> None:
-    dropped = False
-
-    async def drop_once(ws, generation) -> None:  # type: ignore[no-untyped-def]
-        nonlocal dropped
-        if not dropped and len(generation.audio) >= 16_000:
-            dropped = True
-            await ws.close(1011, "engine restarted")
-
-    async with StrictPeer(model=MODEL, on_append=drop_once) as peer:
+    async with RealtimePeer(model=MODEL, drop_after=25) as peer:  # 0.5 s in 20 ms appends
         async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
             await h.say(tone(1.5, 16_000), pace=3)
             final = await h.final()
-        assert dropped and peer.connections == 2
+        assert peer.fired == {"drop"} and peer.connections == 2
         assert final.text == str(24_000)
         assert peer.violations == []
 
 
 async def test_a_final_commit_left_unanswered_is_recovered_by_the_watchdog() -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         peer.answer_final = False
         service = make_service(peer.url, preroll_s=0.0, final_timeout_s=0.5)
         async with SttHarness(service) as h:
@@ -237,7 +228,7 @@ async def test_an_unreachable_server_becomes_a_permanent_error_not_a_loop() -> N
 
 
 async def test_the_connection_is_closed_when_the_pipeline_ends() -> None:
-    async with StrictPeer(model=MODEL) as peer:
+    async with RealtimePeer(model=MODEL) as peer:
         async with SttHarness(make_service(peer.url)) as h:
             await h.say(tone(0.2, 16_000))
             await h.final()

@@ -16,10 +16,11 @@ import pytest
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import RealtimeTranscriber
 from agent.stt.params import RealtimeSTTParams
+from agent.stt.protocol import AudioAppend, parse_client_event
 from agent.stt.service import VoxtralRealtimeSTTService
-from tests.agent.stt.dropping_relay import DroppingRelay
 from tests.conftest import requires_espeak
-from tests.speech import SENTENCES, speech_at, word_error_rate
+from tests.fakes.fault_proxy import FaultProxy
+from tests.fakes.speech import SENTENCES, speech_at, word_error_rate
 
 pytestmark = requires_espeak
 
@@ -71,14 +72,18 @@ async def test_sentences_are_transcribed_within_the_word_error_bound(
     assert sum(rates) / len(rates) <= max_mean_wer, rates
 
 
+def is_append(message: str | bytes) -> bool:
+    return isinstance(parse_client_event(message), AudioAppend)
+
+
 async def test_a_socket_dropped_mid_sentence_still_yields_every_word(
     asr_server_url: str, asr_model_name: str
 ) -> None:
     sentence = "i would like to book a table for two people"
     pcm = speech_at(sentence, 16_000)
     half = len(pcm) // 640 // 2  # drop after about half of the 20 ms appends
-    async with DroppingRelay(asr_server_url, drop_after_appends=half) as relay:
-        text = await transcribe(relay.url, asr_model_name, pcm, 16_000, pace=True)
-    assert relay.drops == 1 and relay.connections == 2
+    async with FaultProxy(asr_server_url, counts=is_append, drop_after=half) as proxy:
+        text = await transcribe(proxy.url, asr_model_name, pcm, 16_000, pace=True)
+    assert proxy.drops == 1 and proxy.connections == 2
     assert word_error_rate(sentence, text) <= MAX_WER, text
     assert "people" in text.lower() and "like" in text.lower()

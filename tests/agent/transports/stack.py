@@ -1,8 +1,7 @@
 """The server under test with real parts on loopback, and real clients for it.
 
-- :func:`espeak_speech_app`: an OpenAI-compatible ``/v1/audio/speech`` server whose engine is
-  espeak-ng (a real synthesizer; Piper's own HTTP server needs Flask, which is not installed
-  here). It answers raw PCM16 at espeak's 22.05 kHz, as ``response_format: "pcm"`` asks.
+- :func:`stack_settings`: settings for it against loopback peers (the TTS is usually
+  ``SpeechServer(voice="espeak")`` from :mod:`tests.fakes.speech_server`: a real synthesizer).
 - :func:`running_server`: our app (``create_app``) on 127.0.0.1:0 in a background thread.
 - :class:`WebRTCClient`: an aiortc peer that speaks PCM from a buffer at real-time pace and
   records the audio and RTVI messages it gets back.
@@ -15,7 +14,6 @@ import asyncio
 import fractions
 import json
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,54 +23,12 @@ import av
 import httpx
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI
 
 from agent.config import Settings, load_settings
 from agent.server import PipelineFactory, create_app
-from tests.conftest import BackgroundServer
-
-ESPEAK_RATE = 22_050
-
-
-def espeak_speech_app() -> FastAPI:
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "espeak", "object": "model"}]}
-
-    @app.post("/v1/audio/speech")
-    async def speech(request: Request) -> Response:
-        body = await request.json()
-        text = str(body.get("input", "")).strip()
-        if not text:
-            return JSONResponse({"error": "input is empty"}, status_code=400)
-        wav = await asyncio.to_thread(
-            subprocess.run,
-            ["espeak-ng", "-s", "170", "--stdout", text],
-            check=True,
-            capture_output=True,
-        )
-        return Response(_wav_payload(wav.stdout), media_type="audio/pcm")
-
-    return app
-
-
-def _wav_payload(wav: bytes) -> bytes:
-    """The PCM after the ``data`` chunk header (espeak's streamed WAV has bogus sizes)."""
-    index = wav.find(b"data")
-    return wav[index + 8 :] if index >= 0 else wav
-
-
-@contextmanager
-def background(app: object) -> Iterator[str]:
-    server = BackgroundServer(app)
-    port = server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+from tests.fakes.serving import background
+from tests.fakes.speech_server import ESPEAK_RATE
 
 
 def stack_settings(

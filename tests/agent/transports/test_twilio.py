@@ -7,7 +7,6 @@ the media stream carries espeak speech as 20 ms 8 kHz μ-law frames at real-time
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 import httpx
@@ -18,14 +17,13 @@ from fastapi import FastAPI
 from agent.transports.telephony import stream_token, twilio_signature, valid_twilio_signature
 from tests.agent.transports.stack import (
     async_wait_for,
-    background,
-    espeak_speech_app,
     running_server,
     server_tasks,
     stack_settings,
 )
-from tests.agent.transports.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 from tests.conftest import requires_espeak
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
@@ -51,9 +49,9 @@ def test_signature_matches_twilios_documented_example() -> None:
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with background(espeak_speech_app()) as tts_url:
+    with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=1
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=1
         )
         settings.twilio.auth_token = TOKEN
         with running_server(settings) as running:
@@ -124,7 +122,7 @@ async def test_a_phone_call_is_answered_and_barge_in_clears_bot_audio(
         assert all(
             e["streamSid"] == "MZ0001" for e in caller.events if e["event"] in ("media", "clear")
         )
-        await ws.send(json.dumps({"event": "mark", "streamSid": "MZ0001", "mark": {"name": "m1"}}))
+        await caller.mark("m1")
         call = registry.calls()[0]
         assert "paris" in " ".join(call.user_transcript).lower()
         await caller.stop()

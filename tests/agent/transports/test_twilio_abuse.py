@@ -5,7 +5,6 @@ in a call are ignored and counted, never ending it."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Iterator
 
@@ -19,22 +18,21 @@ from agent.transports import telephony
 from agent.transports.telephony import stream_token
 from tests.agent.transports.stack import (
     async_wait_for,
-    background,
-    espeak_speech_app,
     running_server,
     stack_settings,
 )
-from tests.agent.transports.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 from tests.conftest import requires_espeak
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.twilio_caller import SILENCE, TOKEN, TwilioCaller, ulaw_speech
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with background(espeak_speech_app()) as tts_url:
+    with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=1
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=1
         )
         settings.twilio.auth_token = TOKEN
         with running_server(settings) as running:
@@ -158,9 +156,9 @@ async def test_malformed_messages_in_a_call_are_ignored_counted_and_logged_once(
 
 @pytest.fixture(scope="module")
 def two_line_server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with background(espeak_speech_app()) as tts_url:
+    with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=2
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=2
         )
         settings.twilio.auth_token = TOKEN
         with running_server(settings) as running:
@@ -180,15 +178,7 @@ async def test_a_caller_flooding_audio_is_held_to_real_time_and_others_are_answe
         await flooder.start(token=stream_token("CA0002", TOKEN))
         await caller.start(token=stream_token("CA0003", TOKEN))
         await async_wait_for(lambda: registry.stats.active == 2, timeout_s=5, what="two calls")
-        silence = json.dumps(
-            {
-                "event": "media",
-                "streamSid": "MZ0001",
-                "media": {"payload": base64.b64encode(b"\xff" * 160).decode()},
-            }
-        )
-        for _ in range(1500):  # 30 s of audio, sent as fast as the socket takes it
-            await flood_ws.send(silence)
+        await flooder.send([SILENCE] * 1500, paced=False)  # 30 s of audio, all at once
         await caller.silence(0.3)
         await caller.speak(ulaw_speech("what is the weather like in paris today"))
         talking = asyncio.create_task(caller.silence(15))

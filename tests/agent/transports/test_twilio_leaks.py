@@ -15,14 +15,13 @@ from fastapi import FastAPI
 
 from tests.agent.transports.stack import (
     async_wait_for,
-    background,
-    espeak_speech_app,
     running_server,
     server_tasks,
     stack_settings,
 )
-from tests.agent.transports.twilio_caller import TOKEN, TwilioCaller
 from tests.conftest import requires_espeak
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.twilio_caller import TOKEN, TwilioCaller
 
 pytestmark = [requires_espeak, pytest.mark.timeout(180)]
 
@@ -31,9 +30,9 @@ CALLS = 45
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with background(espeak_speech_app()) as tts_url:
+    with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=CALLS
+            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=CALLS
         )
         settings.twilio.auth_token = TOKEN
         with running_server(settings) as running:

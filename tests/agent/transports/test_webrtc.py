@@ -18,15 +18,14 @@ from tests.agent.transports.stack import (
     CLIENT_RATE,
     WebRTCClient,
     async_wait_for,
-    background,
-    espeak_speech_app,
     open_sockets,
     running_server,
     server_tasks,
     stack_settings,
 )
 from tests.conftest import requires_espeak
-from tests.speech import speech_at, words
+from tests.fakes.speech import speech_at, words
+from tests.fakes.speech_server import SpeechServer
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
@@ -35,8 +34,8 @@ QUESTION = "what is the weather like in paris today"
 
 @pytest.fixture(scope="module")
 def tts_url() -> Iterator[str]:
-    with background(espeak_speech_app()) as url:
-        yield url
+    with SpeechServer(voice="espeak") as tts:
+        yield tts.url
 
 
 @pytest.fixture(scope="module")

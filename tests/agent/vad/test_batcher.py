@@ -13,7 +13,7 @@ from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad import SileroBatcher, SileroStream
 from agent.vad.batcher import infer, silero_session
 from tests.conftest import requires_espeak
-from tests.speech import conversation
+from tests.fakes.speech import conversation
 
 pytestmark = requires_espeak
 

@@ -26,7 +26,7 @@ SENTENCES = (
     "send the report to my manager",
 )
 
-CACHE_DIR = Path(__file__).resolve().parent / "artifacts" / "speech"
+CACHE_DIR = Path(__file__).resolve().parent.parent / "artifacts" / "speech"
 
 
 def espeak_available() -> bool:
@@ -92,7 +92,9 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     return previous[-1] / max(len(ref), 1)
 
 
-def conversation(sample_rate: int, *, first: int = 0, gaps: tuple[float, ...] = (0.6, 2.6, 1.2)):
+def conversation(
+    sample_rate: int, *, first: int = 0, gaps: tuple[float, ...] = (0.6, 2.6, 1.2)
+) -> bytes:
     """PCM16: quiet, then a sentence after each gap, then 2.5 s of quiet; low noise throughout."""
     rng = np.random.default_rng(first)
     parts: list[np.ndarray] = []

@@ -1,0 +1,217 @@
+"""The fakes themselves: a strict peer that lets a rule break through, or a caller that
+strays from Twilio's protocol, would make every test that leans on them pass for nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from agent.stt.protocol import (
+    Commit,
+    ErrorEvent,
+    ServerEvent,
+    SessionCreated,
+    SessionUpdate,
+    TranscriptionDelta,
+    TranscriptionDone,
+    encode_pcm_append,
+    parse_server_event,
+)
+from tests.fakes.fault_proxy import FaultProxy
+from tests.fakes.realtime_peer import RealtimePeer
+from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller
+
+pytestmark = pytest.mark.timeout(30)
+
+MODEL = "voxtral-test"
+CHUNK = b"\x01\x00" * 320  # 20 ms at 16 kHz
+
+
+async def receive(ws: ClientConnection, timeout_s: float = 2.0) -> ServerEvent:
+    return parse_server_event(await asyncio.wait_for(ws.recv(), timeout_s))
+
+
+async def until_done(ws: ClientConnection) -> tuple[list[str], TranscriptionDone]:
+    deltas: list[str] = []
+    while True:
+        event = await receive(ws)
+        if isinstance(event, TranscriptionDone):
+            return deltas, event
+        assert isinstance(event, TranscriptionDelta), event
+        deltas.append(event.delta)
+
+
+async def session(peer: RealtimePeer) -> ClientConnection:
+    ws = await connect(peer.url, compression=None)
+    assert isinstance(await receive(ws), SessionCreated)
+    await ws.send(SessionUpdate(MODEL).to_json())
+    return ws
+
+
+# ----------------------------------------------------------------------------- realtime peer
+
+
+async def test_a_client_that_keeps_the_rules_gets_its_sample_count_back() -> None:
+    async with RealtimePeer(model=MODEL, deltas="steps", delta_text="w") as peer:
+        async with await session(peer) as ws:
+            for _ in range(2):  # two utterances on one socket
+                await ws.send(Commit().to_json())
+                for _ in range(8):
+                    await ws.send(encode_pcm_append(CHUNK))
+                await ws.send(Commit(final=True).to_json())
+                deltas, done = await until_done(ws)
+                assert deltas == ["w", "w", ""] and done.text == "2560"  # 160 ms: two steps
+    assert peer.transcripts() == [2560, 2560]
+    assert peer.violations == []
+
+
+@pytest.mark.parametrize(
+    ("messages", "violation", "code"),
+    [
+        ([Commit().to_json()], "commit before session.update", "model_not_validated"),
+        ([SessionUpdate("other").to_json()], "wrong model 'other'", "model_not_found"),
+        (['{"type": "session.update"}'], "session.update without a model", "invalid_event"),
+        (["not json"], "invalid_json", "invalid_json"),
+        (['{"type": "input_audio_buffer.clear"}'], "unknown_event", "unknown_event"),
+        (
+            [SessionUpdate(MODEL).to_json(), '{"type": "input_audio_buffer.append", "audio": "!"}'],
+            "audio is not base64",
+            "invalid_audio",
+        ),
+        ([SessionUpdate(MODEL).to_json(), encode_pcm_append(CHUNK)], "outside a generation", None),
+        (
+            [SessionUpdate(MODEL).to_json(), Commit().to_json(), Commit(final=True).to_json()],
+            "empty final commit",
+            None,
+        ),
+        (
+            [SessionUpdate(MODEL).to_json(), Commit().to_json(), Commit().to_json()],
+            "non-final commit while a generation is open",
+            None,
+        ),
+    ],
+)
+async def test_each_rule_break_is_recorded_and_answered_as_vllm_would(
+    messages: list[str], violation: str, code: str | None
+) -> None:
+    async with RealtimePeer(model=MODEL) as peer:
+        async with connect(peer.url, compression=None) as ws:
+            await receive(ws)
+            for message in messages:
+                await ws.send(message)
+            if code is not None:
+                error = await receive(ws)
+                assert isinstance(error, ErrorEvent) and error.code == code
+            await ws.send(b"\x00")  # a binary frame: vLLM ends the session
+            with pytest.raises(ConnectionClosed):
+                await receive(ws)
+    assert any(violation in v for v in peer.violations), peer.violations
+    assert "binary frame" in peer.violations[-1]
+
+
+async def test_faults_fire_once_so_the_reconnect_finds_a_healthy_peer() -> None:
+    async with RealtimePeer(model=MODEL, drop_after=3, garbage_after=2) as peer:
+        async with await session(peer) as ws:
+            await ws.send(Commit().to_json())
+            for _ in range(3):
+                await ws.send(encode_pcm_append(CHUNK))
+            assert await asyncio.wait_for(ws.recv(), 2) == "}{ this is not JSON"
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+        async with await session(peer) as ws:  # the second connection is left alone
+            await ws.send(Commit().to_json())
+            for _ in range(4):
+                await ws.send(encode_pcm_append(CHUNK))
+            await ws.send(Commit(final=True).to_json())
+            assert (await until_done(ws))[1].text == "1280"
+    assert peer.fired == {"drop", "garbage"} and peer.violations == []
+
+
+async def test_a_stalled_peer_reads_on_and_answers_nothing() -> None:
+    async with RealtimePeer(model=MODEL, stall_after=1) as peer:
+        async with await session(peer) as ws:
+            await ws.send(Commit().to_json())
+            await ws.send(encode_pcm_append(CHUNK))
+            await ws.send(Commit(final=True).to_json())
+            with pytest.raises(TimeoutError):
+                await receive(ws, timeout_s=0.3)
+    assert peer.fired == {"stall"} and peer.transcripts() == []
+
+
+# ----------------------------------------------------------------------------- fault proxy
+
+
+@pytest.fixture
+async def echo_url() -> AsyncIterator[str]:
+    async def echo(ws: ServerConnection) -> None:
+        async for message in ws:
+            await ws.send(message)
+
+    async with serve(echo, "127.0.0.1", 0) as server:
+        yield f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/echo"
+
+
+async def test_the_proxy_delays_each_way_and_freezes_after_n_messages(echo_url: str) -> None:
+    async with FaultProxy(echo_url, delay_s=0.05, freeze_after=3) as proxy:
+        assert proxy.url.endswith("/echo")
+        async with connect(proxy.url) as ws:
+            started = time.monotonic()
+            await ws.send("0")
+            await ws.send("1")
+            assert [await asyncio.wait_for(ws.recv(), 2) for _ in range(2)] == ["0", "1"]
+            assert 0.1 <= time.monotonic() - started < 0.5  # 50 ms each way, not per message
+            await ws.send("2")  # the third: from here on nothing passes either way
+            await ws.send("3")
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(ws.recv(), 0.3)
+    assert proxy.freezes == 1 and proxy.drops == 0
+
+
+# ----------------------------------------------------------------------------- Twilio caller
+
+
+async def test_the_caller_speaks_twilios_protocol_at_real_time_pace() -> None:
+    received: list[dict[str, Any]] = []
+    arrived: list[float] = []
+
+    async def twilio_server(ws: ServerConnection) -> None:
+        async for message in ws:
+            received.append(json.loads(message))
+            arrived.append(time.monotonic())
+
+    async with serve(twilio_server, "127.0.0.1", 0) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with connect(url) as ws:
+            caller = TwilioCaller(ws, "CA42", stream_sid="MZ42")
+            await caller.start(token="t")
+            await caller.speak(b"\x00" * (FRAME_BYTES * 10 + 1))  # 11 frames, the last padded
+            await caller.mark("played")
+            await caller.stop()
+            await caller.close()
+        await asyncio.sleep(0.1)
+
+    assert [m["event"] for m in received] == ["connected", "start"] + ["media"] * 11 + [
+        "mark",
+        "stop",
+    ]
+    start = received[1]["start"]
+    assert start["callSid"] == "CA42" and start["streamSid"] == "MZ42"
+    assert start["mediaFormat"] == {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}
+    assert start["customParameters"] == {"token": "t"}
+    media = received[2:13]
+    assert all(len(base64.b64decode(m["media"]["payload"])) == FRAME_BYTES for m in media)
+    assert [int(m["sequenceNumber"]) for m in received[1:]] == list(range(1, 15))
+    assert [m["media"]["chunk"] for m in media] == [str(n) for n in range(1, 12)]
+    assert all(m["streamSid"] == "MZ42" for m in received[1:])
+    assert 0.18 <= arrived[12] - arrived[2] < 0.4  # 10 gaps of 20 ms
+    assert received[-1]["stop"]["callSid"] == "CA42"

@@ -1,0 +1,248 @@
+"""The Twilio side of a Media Streams WebSocket, as Twilio speaks it, for tests and benches.
+
+Twilio's messages (twilio.com/docs/voice/media-streams/websocket-messages): ``connected``;
+``start`` with ``streamSid``, ``accountSid``, ``callSid``, ``tracks``, ``mediaFormat``
+(``audio/x-mulaw``, 8000 Hz, mono) and ``customParameters``; then one ``media`` message per
+20 ms of caller audio (160 bytes of μ-law, base64, with ``track``, ``chunk`` and
+``timestamp``), at real-time pace, silence included; ``mark`` when a mark has played; and
+``stop``. Every message after ``connected`` carries a ``sequenceNumber``.
+
+The caller records what the server sends back: every event (unless ``keep_events=False``,
+for load tests), ``media`` counts and bytes, when loud audio arrived, and how much media had
+come when each ``clear`` did. Times are ``time.monotonic()``.
+
+Pacing: :meth:`TwilioCaller.send` sends one frame every 20 ms. Back-to-back sends continue
+one cadence; after a pause the cadence restarts. :meth:`TwilioCaller.pace_from` fixes one
+schedule for the whole call instead (a load test's timeline): a late frame then goes at once,
+nothing is skipped, and the lateness is kept in ``max_late_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import math
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import numpy as np
+import websockets
+
+from agent.transports.telephony import stream_token
+from tests.fakes.speech import speech_at
+
+with warnings.catch_warnings():  # the reference μ-law codec; Python 3.12 still ships it
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import audioop
+
+TOKEN = "twilio-test-token"
+"""The ``twilio.auth_token`` test servers use; :meth:`TwilioCaller.start` signs with it."""
+
+FRAME_BYTES = 160
+"""20 ms of 8 kHz μ-law."""
+FRAME_S = 0.02
+ULAW_SILENCE = b"\xff"
+LOUD_PEAK = 300
+"""A media frame whose decoded peak exceeds this (of 32767) counts as loud (bot speech)."""
+SPEECH_PEAK = 500
+"""Trimmed speech ends at its last sample louder than this."""
+
+
+def payloads(ulaw: bytes) -> list[str]:
+    """The base64 payloads of ``ulaw`` in 20 ms frames, the last padded with silence.
+
+    Encoding is most of a frame's cost: a load test makes these once per sentence."""
+    return [
+        base64.b64encode(ulaw[i : i + FRAME_BYTES].ljust(FRAME_BYTES, ULAW_SILENCE)).decode()
+        for i in range(0, len(ulaw), FRAME_BYTES)
+    ]
+
+
+_MEDIA = (
+    '{{"event": "media", "sequenceNumber": "{}", "media": {{"track": "inbound", "chunk": "{}", '
+    '"timestamp": "{}", "payload": "{}"}}, "streamSid": "{}"}}'
+)
+"""A ``media`` message, formatted without ``json.dumps`` (a load test sends thousands a second)."""
+
+SILENCE = payloads(ULAW_SILENCE * FRAME_BYTES)[0]
+"""One 20 ms frame of μ-law silence."""
+
+
+def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> bytes:
+    """``text`` spoken (see :mod:`tests.fakes.speech`) as 8 kHz μ-law.
+
+    ``trim``: from 100 ms before the first word to the last loud sample, so the moment the
+    last frame is sent is the end of speech (latency is measured from there).
+    """
+    pcm = np.frombuffer(speech_at(text, 8000, voice=voice), "<i2")
+    if trim:
+        loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SPEECH_PEAK)
+        if loud.size:
+            pcm = pcm[max(0, int(loud[0]) - 800) : int(loud[-1]) + 1]
+    return audioop.lin2ulaw(pcm.tobytes(), 2)
+
+
+class TwilioCaller:
+    """One call's media stream over an open WebSocket; reading starts at once."""
+
+    def __init__(
+        self,
+        ws: websockets.ClientConnection,
+        call_sid: str = "CA0001",
+        *,
+        stream_sid: str = "MZ0001",
+        account_sid: str = "AC0001",
+        keep_events: bool = True,
+    ) -> None:
+        self.ws = ws
+        self.call_sid = call_sid
+        self.stream_sid = stream_sid
+        self.account_sid = account_sid
+        self.events: list[dict[str, Any]] = []
+        self.keep_events = keep_events
+        self.media_received = 0
+        self.media_bytes = 0
+        self.media_at_clear: list[int] = []
+        self.loud_at: list[float] = []
+        self.max_late_s = 0.0
+        self.closed = asyncio.Event()
+        self._sequence = 0
+        self._chunk = 0
+        self._due: float | None = None
+        self._fixed = False
+        self._reader = asyncio.create_task(self._read())
+
+    # ------------------------------------------------------------------ what Twilio sends
+
+    async def start(self, token: str | None = None) -> None:
+        """``connected`` then ``start``; ``token``: the stream token (default: signed with
+        :data:`TOKEN` for this call, as the webhook's TwiML would hand it over)."""
+        await self.ws.send(
+            json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        )
+        custom = {"token": token if token is not None else stream_token(self.call_sid, TOKEN)}
+        start = {
+            "accountSid": self.account_sid,
+            "streamSid": self.stream_sid,
+            "callSid": self.call_sid,
+            "tracks": ["inbound"],
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
+            "customParameters": custom,
+        }
+        await self._send_event("start", start=start)
+
+    async def send(
+        self, frames: Iterable[str], *, until: float = math.inf, paced: bool = True
+    ) -> float | None:
+        """Send base64 μ-law frames (:func:`payloads`) one every 20 ms (``paced=False``: as
+        fast as the socket takes them, a flooding caller).
+
+        Returns when the last frame went (now, if there were none), or ``None`` if ``until``
+        came first.
+        """
+        now = time.monotonic()
+        if self._due is None or (not self._fixed and self._due < now):
+            self._due = now
+        sent_at = now
+        for payload in frames:
+            now = time.monotonic()
+            if max(now, self._due) >= until:
+                return None
+            if not paced:
+                self._due = now
+            elif self._due > now:
+                await asyncio.sleep(self._due - now)
+            else:
+                self.max_late_s = max(self.max_late_s, now - self._due)
+            self._due += FRAME_S
+            self._chunk += 1
+            self._sequence += 1
+            await self.ws.send(
+                _MEDIA.format(
+                    self._sequence, self._chunk, (self._chunk - 1) * 20, payload, self.stream_sid
+                )
+            )
+            sent_at = time.monotonic()
+        return sent_at
+
+    async def speak(self, ulaw: bytes, *, stop_after: float | None = None) -> float:
+        """Send μ-law audio at real-time pace (only its first ``stop_after`` seconds, if
+        given); returns when its last frame went: the end of speech."""
+        frames = payloads(ulaw)
+        if stop_after is not None:
+            frames = frames[: math.ceil(stop_after / FRAME_S)]
+        sent_at = await self.send(frames)
+        assert sent_at is not None  # no deadline was given
+        return sent_at
+
+    async def silence(self, seconds: float) -> None:
+        await self.send([SILENCE] * round(seconds / FRAME_S))
+
+    @contextlib.asynccontextmanager
+    async def quiet(self) -> AsyncIterator[None]:
+        """Send silence while the block runs: Twilio streams the line all call long."""
+        sending = asyncio.create_task(self.send(itertools.repeat(SILENCE)))
+        try:
+            yield
+        finally:
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+
+    def pace_from(self, at: float) -> None:
+        """Keep one unbroken 20 ms schedule from ``at`` (``time.monotonic()``) for the call."""
+        self._due = at
+        self._fixed = True
+
+    async def mark(self, name: str) -> None:
+        """``mark``: Twilio's word that the audio before the server's mark ``name`` played."""
+        await self._send_event("mark", mark={"name": name})
+
+    async def stop(self) -> None:
+        """``stop``: the call is over (the caller hung up)."""
+        await self._send_event(
+            "stop", stop={"accountSid": self.account_sid, "callSid": self.call_sid}
+        )
+
+    async def _send_event(self, event: str, **body: Any) -> None:
+        self._sequence += 1
+        message = {"event": event, "sequenceNumber": str(self._sequence), **body}
+        await self.ws.send(json.dumps({**message, "streamSid": self.stream_sid}))
+
+    # ------------------------------------------------------------------ what comes back
+
+    def count(self, event: str) -> int:
+        return sum(1 for e in self.events if e.get("event") == event)
+
+    def first_loud(self, after: float, before: float = math.inf) -> float | None:
+        """When the first loud media frame arrived in ``[after, before)``."""
+        return next((t for t in self.loud_at if after <= t < before), None)
+
+    async def close(self) -> None:
+        """Stop reading (the socket is the opener's to close)."""
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.ws:
+                event = json.loads(message)
+                kind = event.get("event")
+                if kind == "media":
+                    ulaw = base64.b64decode(event["media"]["payload"])
+                    self.media_received += 1
+                    self.media_bytes += len(ulaw)
+                    if audioop.max(audioop.ulaw2lin(ulaw, 2), 2) > LOUD_PEAK:
+                        self.loud_at.append(time.monotonic())
+                elif kind == "clear":
+                    self.media_at_clear.append(self.media_received)
+                if self.keep_events:
+                    self.events.append(event)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.closed.set()
