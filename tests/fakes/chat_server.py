@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any, Self
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from tests.fakes.serving import BackgroundServer
+from tests.fakes.serving import RouterServer
 
 
-class ChatServer:
+class ChatServer(RouterServer):
     """``POST /v1/chat/completions`` (streaming) and ``GET /v1/models``.
 
     Args:
@@ -38,42 +38,9 @@ class ChatServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._record = record
-        self._server: BackgroundServer | None = None
-        self.port = 0
-        self.router = APIRouter()
+        super().__init__()
         self.router.add_api_route("/v1/models", self._models, methods=["GET"])
         self.router.add_api_route("/v1/chat/completions", self._completions, methods=["POST"])
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` once started."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI ``base_url`` (``…/v1``) once started."""
-        return f"{self.url}/v1"
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-        app.include_router(self.router)
-        return app
-
-    def start(self) -> Self:
-        self._server = BackgroundServer(self.app())
-        self.port = self._server.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     async def _models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": "chat-server", "object": "model"}]}

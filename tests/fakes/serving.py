@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
+
+from fastapi import APIRouter, FastAPI
 
 
 def free_port() -> int:
@@ -66,3 +68,44 @@ def background(app: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+class RouterServer:
+    """An OpenAI-style fake: its routes on ``self.router``, served in a background thread
+    (``with Fake() as fake:``) or mounted into another app."""
+
+    def __init__(self) -> None:
+        self.router = APIRouter()
+        self.port = 0
+        self._server: BackgroundServer | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` once started."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI ``base_url`` (``…/v1``) once started."""
+        return f"{self.url}/v1"
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        app.include_router(self.router)
+        return app
+
+    def start(self) -> Self:
+        self._server = BackgroundServer(self.app())
+        self.port = self._server.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from tests.fakes.serving import BackgroundServer
+from tests.fakes.serving import RouterServer
 
 ESPEAK_RATE = 22_050
 """espeak-ng's native rate: what the ``espeak`` voice answers in."""
@@ -35,7 +35,7 @@ def tone(sample_rate: int, seconds: float, freq: float = 440.0) -> bytes:
     return (np.sin(2 * np.pi * freq * t) * 8000).astype("<i2").tobytes()
 
 
-class SpeechServer:
+class SpeechServer(RouterServer):
     """``POST /v1/audio/speech`` and ``GET /v1/models``.
 
     Args:
@@ -58,42 +58,9 @@ class SpeechServer:
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
         self._record = record
         self._tone = tone(sample_rate, seconds, freq)
-        self._server: BackgroundServer | None = None
-        self.port = 0
-        self.router = APIRouter()
+        super().__init__()
         self.router.add_api_route("/v1/models", self._models, methods=["GET"])
         self.router.add_api_route("/v1/audio/speech", self._speech, methods=["POST"])
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` once started."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI ``base_url`` (``…/v1``) once started."""
-        return f"{self.url}/v1"
-
-    def app(self) -> FastAPI:
-        app = FastAPI()
-        app.include_router(self.router)
-        return app
-
-    def start(self) -> Self:
-        self._server = BackgroundServer(self.app())
-        self.port = self._server.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     async def _models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": self.voice, "object": "model"}]}

@@ -6,14 +6,14 @@ import asyncio
 import inspect
 
 import pytest
-from pipecat.frames.frames import EndFrame, Frame, StartFrame, TranscriptionFrame
+from pipecat.frames.frames import EndFrame, StartFrame, TranscriptionFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import IDLE_TIMEOUT_SECS, PipelineWorker
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from agent.fastpath.idle_watch import IDLE_FRAMES, IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
+from tests.agent.fastpath.workers import Echo
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,19 +22,6 @@ def test_the_same_frames_count_as_life_as_in_pipecats_idle_watch() -> None:
     defaults = inspect.signature(PipelineWorker.__init__).parameters
     assert set(IDLE_FRAMES) == {StartFrame, *defaults["idle_timeout_frames"].default}
     assert defaults["idle_timeout_secs"].default == IDLE_TIMEOUT_SECS
-
-
-class Echo(FrameProcessor):
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        await self.push_frame(frame, direction)
-
-
-async def run_worker(worker: PipelineWorker, *frames: Frame) -> None:
-    await worker.queue_frames([*frames, EndFrame()])
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    await asyncio.wait_for(runner.run(), 20)
 
 
 async def test_an_idle_call_is_cancelled_and_a_lively_one_is_not() -> None:

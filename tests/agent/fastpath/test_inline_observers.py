@@ -3,12 +3,10 @@ Pipecat's ``WorkerObserver`` hands it to its proxied observers (:func:`observe_i
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from pipecat.frames.frames import (
-    EndFrame,
     Frame,
     TextFrame,
 )
@@ -17,9 +15,9 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.asyncio.task_manager import TaskManager
-from pipecat.workers.runner import WorkerRunner
 
 from agent.fastpath.inline_observers import InlineWorkerObserver, ObserverGroup, observe_inline
+from tests.agent.fastpath.workers import Echo, run_worker
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -105,19 +103,6 @@ async def test_setup_cleanup_and_start_reach_every_member() -> None:
     await group.on_pipeline_started()
     await group.cleanup()
     assert all(m.set_up and m.started and m.cleaned_up for m in members)
-
-
-class Echo(FrameProcessor):
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        await self.push_frame(frame, direction)
-
-
-async def run_worker(worker: PipelineWorker, *frames: Frame) -> None:
-    await worker.queue_frames([*frames, EndFrame()])
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    await asyncio.wait_for(runner.run(), 20)
 
 
 async def test_a_worker_calls_inline_observers_with_every_frame_and_first_push_marks() -> None:

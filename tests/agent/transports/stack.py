@@ -2,7 +2,8 @@
 
 - :func:`stack_settings`: settings for it against loopback peers (the TTS is usually
   ``SpeechServer(voice="espeak")`` from :mod:`tests.fakes.speech_server`: a real synthesizer).
-- :func:`running_server`: our app (``create_app``) on 127.0.0.1:0 in a background thread.
+- :func:`running_server`: our app (``create_app``) on 127.0.0.1:0 in a background thread;
+  :func:`phone_server`: the same set up for phone calls.
 - :class:`WebRTCClient`: an aiortc peer that speaks PCM from a buffer at real-time pace and
   records the audio and RTVI messages it gets back.
 - helpers to count sockets and pipeline tasks, for "nothing left behind" checks.
@@ -28,7 +29,8 @@ from fastapi import FastAPI
 from agent.config import Settings, load_settings
 from agent.server import PipelineFactory, create_app
 from tests.fakes.serving import background
-from tests.fakes.speech_server import ESPEAK_RATE
+from tests.fakes.speech_server import ESPEAK_RATE, SpeechServer
+from tests.fakes.twilio_caller import TOKEN
 
 
 def stack_settings(
@@ -51,6 +53,19 @@ def running_server(
     app = create_app(settings, pipeline=pipeline)
     with background(app) as url:
         yield url, app
+
+
+@contextmanager
+def phone_server(asr_url: str, asr_model: str, *, max_calls: int) -> Iterator[tuple[str, FastAPI]]:
+    """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``) against the
+    offline ASR server and an espeak speech server."""
+    with SpeechServer(voice="espeak") as tts:
+        settings = stack_settings(
+            asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls
+        )
+        settings.twilio.auth_token = TOKEN
+        with running_server(settings) as running:
+            yield running
 
 
 # ----------------------------------------------------------------------------- leftovers

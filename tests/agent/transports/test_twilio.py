@@ -17,12 +17,10 @@ from fastapi import FastAPI
 from agent.transports.telephony import stream_token, twilio_signature, valid_twilio_signature
 from tests.agent.transports.stack import (
     async_wait_for,
-    running_server,
+    phone_server,
     server_tasks,
-    stack_settings,
 )
 from tests.conftest import requires_espeak
-from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
@@ -49,13 +47,8 @@ def test_signature_matches_twilios_documented_example() -> None:
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with SpeechServer(voice="espeak") as tts:
-        settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=1
-        )
-        settings.twilio.auth_token = TOKEN
-        with running_server(settings) as running:
-            yield running
+    with phone_server(asr_server_url, asr_model_name, max_calls=1) as running:
+        yield running
 
 
 async def webhook(

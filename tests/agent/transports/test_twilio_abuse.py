@@ -18,11 +18,9 @@ from agent.transports import telephony
 from agent.transports.telephony import stream_token
 from tests.agent.transports.stack import (
     async_wait_for,
-    running_server,
-    stack_settings,
+    phone_server,
 )
 from tests.conftest import requires_espeak
-from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import SILENCE, TOKEN, TwilioCaller, ulaw_speech
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
@@ -30,13 +28,8 @@ pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with SpeechServer(voice="espeak") as tts:
-        settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=1
-        )
-        settings.twilio.auth_token = TOKEN
-        with running_server(settings) as running:
-            yield running
+    with phone_server(asr_server_url, asr_model_name, max_calls=1) as running:
+        yield running
 
 
 @pytest.fixture
@@ -156,13 +149,8 @@ async def test_malformed_messages_in_a_call_are_ignored_counted_and_logged_once(
 
 @pytest.fixture(scope="module")
 def two_line_server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with SpeechServer(voice="espeak") as tts:
-        settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=2
-        )
-        settings.twilio.auth_token = TOKEN
-        with running_server(settings) as running:
-            yield running
+    with phone_server(asr_server_url, asr_model_name, max_calls=2) as running:
+        yield running
 
 
 async def test_a_caller_flooding_audio_is_held_to_real_time_and_others_are_answered(

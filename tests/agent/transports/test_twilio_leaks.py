@@ -15,13 +15,11 @@ from fastapi import FastAPI
 
 from tests.agent.transports.stack import (
     async_wait_for,
-    running_server,
+    phone_server,
     server_tasks,
-    stack_settings,
 )
 from tests.conftest import requires_espeak
-from tests.fakes.speech_server import SpeechServer
-from tests.fakes.twilio_caller import TOKEN, TwilioCaller
+from tests.fakes.twilio_caller import TwilioCaller
 
 pytestmark = [requires_espeak, pytest.mark.timeout(180)]
 
@@ -30,13 +28,8 @@ CALLS = 45
 
 @pytest.fixture(scope="module")
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
-    with SpeechServer(voice="espeak") as tts:
-        settings = stack_settings(
-            asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url, max_calls=CALLS
-        )
-        settings.twilio.auth_token = TOKEN
-        with running_server(settings) as running:
-            yield running
+    with phone_server(asr_server_url, asr_model_name, max_calls=CALLS) as running:
+        yield running
 
 
 def connections_to(port: int) -> int:
