@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,6 +28,7 @@ from tests.conftest import requires_espeak
 from tests.container.conftest import bridge_settings, running_bridge
 from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
 from tests.fakes.speech import speech_at, word_error_rate, write_wav
+from tests.fakes.tcp_fault_proxy import TcpFaultProxy
 
 pytestmark = [requires_espeak, pytest.mark.usefixtures("aws_environment")]
 ENDPOINT, REGION = "voxtral-realtime", "us-east-1"
@@ -123,3 +125,43 @@ async def test_voice_agent_transcribe_works_through_a_sagemaker_endpoint(
     assert process.returncode == 0, stderr.decode()
     last_line = stdout.decode().strip().splitlines()[-1]
     assert word_error_rate(SENTENCE, last_line) <= 0.25, last_line
+
+
+async def test_a_frozen_stream_is_replaced_and_the_turn_transcribed(
+    runtime: SageMakerRuntimeStandIn, asr_model_name: str
+) -> None:
+    """The TLS connection to SageMaker freezes mid-sentence (nothing moves, nothing closes):
+    within the stall timeout the watchdog gives up on it, and the turn is replayed on a fresh
+    stream, with every send and the teardown bounded."""
+    pcm = speech_at(SENTENCE, 16_000)
+    async with TcpFaultProxy(port_of(runtime.url)) as proxy:
+        service = VoxtralRealtimeSTTService(
+            channel_factory=sagemaker_channel_factory(
+                endpoint_name=ENDPOINT,
+                region=REGION,
+                endpoint_url=f"https://127.0.0.1:{proxy.port}",
+            ),
+            settings=VoxtralRealtimeSTTService.Settings(model=asr_model_name),
+            params=RealtimeSTTParams(
+                preroll_s=0.0, reconnect_min_wait_s=0.05, stall_timeout_s=2.0, final_timeout_s=2.0
+            ),
+        )
+        errors: list[str] = []
+        async with RealtimeTranscriber(service, sample_rate=16_000) as transcriber:
+            assert await transcriber.wait_connected(timeout=20)
+            await transcriber.start_turn()
+            half = len(pcm) // 2 // 640 * 640
+            await transcriber.feed(pcm[:half], realtime=True)
+            proxy.freeze()  # the connection stays up and carries nothing more
+            await transcriber.feed(pcm[half:], realtime=True)
+            await transcriber.end_turn()
+            text = await asyncio.wait_for(final_text(transcriber, errors), 30)
+        assert proxy.connections >= 2
+    assert word_error_rate(SENTENCE, text) <= 0.25, text
+    assert any("restarting the generation" in error for error in errors)
+
+
+def port_of(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
