@@ -30,6 +30,7 @@ class TcpFaultProxy:
         self.freeze_new = False
         self.connections = 0
         self._lines: list[_Connection] = []
+        self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
     @property
@@ -47,6 +48,10 @@ class TcpFaultProxy:
         self._server.close()
         for line in list(self._lines):
             line.abort()
+        handlers = list(self._handlers)
+        for handler in handlers:
+            handler.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         await self._server.wait_closed()
 
     def freeze(self) -> None:
@@ -73,6 +78,10 @@ class TcpFaultProxy:
         self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
     ) -> None:
         self.connections += 1
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
+            handler.add_done_callback(self._handlers.discard)
         try:
             up_reader, upstream = await asyncio.open_connection(*self.upstream)
         except OSError:
