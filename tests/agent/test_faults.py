@@ -13,7 +13,12 @@ import pytest
 import websockets
 
 from agent.stt import RealtimeSTTParams
-from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
+from tests.agent.transports.stack import (
+    async_wait_for,
+    running_server,
+    server_tasks,
+    stack_settings,
+)
 from tests.conftest import requires_espeak
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.speech_server import SpeechServer
@@ -138,3 +143,24 @@ async def test_a_slow_narrow_line_to_the_caller_still_carries_the_call(
                 async with phone_call(f"http://127.0.0.1:{proxy.port}") as caller:
                     await ask(caller, WEATHER)
                     assert app.state.registry.stats.active == 1
+
+
+async def test_a_caller_whose_side_half_closes_is_hung_up_on_and_leaves_nothing(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
+        with running_server(settings) as (url, app):
+            async with TcpFaultProxy(port_of(url)) as proxy:
+                ws_url = f"ws://127.0.0.1:{proxy.port}/telephony/twilio/ws"
+                async with websockets.connect(ws_url) as ws:
+                    caller = TwilioCaller(ws)
+                    await caller.start()
+                    await caller.speak(ulaw_speech(WEATHER), stop_after=1.0)
+                    registry = app.state.registry
+                    assert registry.stats.active == 1
+                    proxy.half_close(towards="upstream")  # the caller's side sends FIN
+                    await async_wait_for(
+                        lambda: registry.stats.active == 0, timeout_s=10, what="the hang-up"
+                    )
+            assert server_tasks(app) == []

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 import struct
-from typing import Self
+from typing import Literal, Self
 
 
 class TcpFaultProxy:
@@ -68,11 +68,12 @@ class TcpFaultProxy:
         for line in list(self._lines):
             line.abort()
 
-    def half_close(self) -> None:
-        """End what flows towards the clients (FIN) while they may still send."""
+    def half_close(self, towards: Literal["clients", "upstream"] = "clients") -> None:
+        """Send FIN one way on every open connection while the other way stays open: to the
+        clients (the server stopped sending), or upstream (the clients stopped sending)."""
         for line in self._lines:
             with contextlib.suppress(OSError):
-                line.client.write_eof()
+                (line.client if towards == "clients" else line.upstream).write_eof()
 
     async def _accept(
         self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
