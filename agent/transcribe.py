@@ -87,10 +87,10 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.sagemaker_endpoint or (settings.transport == "sagemaker" and not args.url):
         name = args.sagemaker_endpoint or settings.sagemaker.endpoint_name
         target = f"SageMaker endpoint {name}"
-        hint = "check the endpoint's name, region and status and your AWS credentials"
+        hint = "Check the endpoint's name, region and status, and your AWS credentials."
     else:
         target = args.url or settings.url
-        hint = "Is it running? Start a local one with: voice-agent asr-server"
+        hint = "Is it running? Start a local one with: voice-agent asr-server."
     service = VoxtralRealtimeSTTService(
         channel_factory=channel_factory,
         settings=VoxtralRealtimeSTTService.Settings(model=model),
