@@ -73,6 +73,11 @@ SILENCE = payloads(ULAW_SILENCE * FRAME_BYTES)[0]
 """One 20 ms frame of μ-law silence."""
 
 
+def to_ulaw(pcm: bytes) -> bytes:
+    """8 kHz PCM16 as Twilio's μ-law."""
+    return audioop.lin2ulaw(pcm, 2)
+
+
 def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> bytes:
     """``text`` spoken (see :mod:`tests.fakes.speech`) as 8 kHz μ-law.
 
@@ -84,7 +89,7 @@ def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> byte
         loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SPEECH_PEAK)
         if loud.size:
             pcm = pcm[max(0, int(loud[0]) - 800) : int(loud[-1]) + 1]
-    return audioop.lin2ulaw(pcm.tobytes(), 2)
+    return to_ulaw(pcm.tobytes())
 
 
 class TwilioCaller:

@@ -1,0 +1,99 @@
+"""Test speech with the pauses people make, for turn-taking: the offline voice (Piper) speaks
+each phrase, and silences of human lengths go between them.
+
+Synthetic voices speak a sentence without a break, so a 200 ms end-of-turn wait never cuts
+them off; people pause 300-900 ms inside sentences (clauses, hesitations, lists, digits read
+one by one) and every such pause ended the turn in a real call. Each :class:`Utterance` knows
+where its turn really ends (after its last phrase) and whether it is a complete question the
+bot should answer at once. The pause lengths are drawn once from a fixed seed: every clone and
+every run hears the same set.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from tests.fakes.speech import speech_at
+
+TRIM_PEAK = 300
+"""Phrase audio is trimmed to its first and last sample louder than this (of 32767), so a
+pause is exactly as long as declared."""
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One user turn: phrases with the pauses between them (``len(pauses) == len(phrases) - 1``)."""
+
+    kind: str
+    phrases: tuple[str, ...]
+    pauses_s: tuple[float, ...]
+    complete_question: bool = False
+    """A short, complete question: the answer should start at once after it."""
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.phrases)
+
+    def audio(self, sample_rate: int) -> tuple[bytes, float]:
+        """PCM16 mono at ``sample_rate``, and the second at which the turn really ends."""
+        parts: list[np.ndarray] = []
+        for index, phrase in enumerate(self.phrases):
+            parts.append(_trimmed(phrase, sample_rate))
+            if index < len(self.pauses_s):
+                parts.append(np.zeros(int(self.pauses_s[index] * sample_rate), np.int16))
+        audio = np.concatenate(parts)
+        return audio.tobytes(), len(audio) / sample_rate
+
+    @property
+    def longest_pause_s(self) -> float:
+        return max(self.pauses_s, default=0.0)
+
+
+@cache
+def _trimmed(phrase: str, sample_rate: int) -> np.ndarray:
+    samples = np.frombuffer(speech_at(phrase, sample_rate, voice="piper"), np.int16)
+    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > TRIM_PEAK)
+    return samples[loud[0] : loud[-1] + 1] if loud.size else samples
+
+
+_SCRIPTS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("clauses", ("i would like to book a table", "for two people", "tomorrow at eight"), False),
+    ("clauses", ("when you get a moment", "could you check my last order"), False),
+    ("hesitation", ("so", "i was wondering", "if you could help me with my bill"), False),
+    ("hesitation", ("um", "what was it", "oh right the delivery address"), False),
+    ("list", ("i need apples", "bread", "milk", "and some coffee"), False),
+    ("digits", ("my number is five", "five", "five", "one two", "three four"), False),
+    (
+        "long sentence",
+        (
+            "yesterday after work",
+            "when i finally got home",
+            "after picking up the kids",
+            "i noticed that the heating was off",
+            "again",
+        ),
+        False,
+    ),
+    ("question", ("what time is it",), True),
+    ("question", ("is the store open today",), True),
+    ("question", ("can you call me back tomorrow",), True),
+)
+
+
+@cache
+def utterances(seed: int = 14) -> tuple[Utterance, ...]:
+    """The whole set, pauses drawn from 300-900 ms with a fixed seed."""
+    rng = random.Random(seed)
+    return tuple(
+        Utterance(
+            kind,
+            phrases,
+            tuple(round(rng.uniform(0.3, 0.9), 2) for _ in phrases[1:]),
+            complete,
+        )
+        for kind, phrases, complete in _SCRIPTS
+    )

