@@ -135,6 +135,12 @@ class TurnSettings(_Section):
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
     user_speech_timeout_s: float = Field(default=0.0, ge=0, le=5)
     smart_turn: bool = False
+    end_of_turn: Literal["silence", "transcript"] = Field(
+        default="silence",
+        description="'transcript': wait unfinished_wait_s longer when the words so far trail "
+        "off (a comma, 'and', 'um', a number being read out); see bench/turn_taking.py.",
+    )
+    unfinished_wait_s: float = Field(default=0.7, ge=0, le=3)
 
 
 class ServerSettings(_Section):

@@ -44,6 +44,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "vad_stop 0.5 s": {"vad_stop_secs": 0.5},
     "vad_stop 0.8 s": {"vad_stop_secs": 0.8},
     "smart_turn (Smart Turn v3)": {"smart_turn": True},
+    "transcript-aware (+0.7 s)": {"end_of_turn": "transcript", "unfinished_wait_s": 0.7},
+    "transcript-aware (+0.7 s) + vad_stop 0.5 s": {
+        "end_of_turn": "transcript",
+        "unfinished_wait_s": 0.7,
+        "vad_stop_secs": 0.5,
+    },
 }
 
 

@@ -61,6 +61,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.fastpath.transcript_turn_stop import TranscriptAwareUserTurnStopStrategy
 from agent.transports.traits import HostsVAD, traits_of
 from pipelines.services import llm_conversation, llm_service, stt_service, tts_service
 
@@ -125,6 +126,11 @@ def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:
         from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
         stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())
+    elif turn.end_of_turn == "transcript":
+        stop = TranscriptAwareUserTurnStopStrategy(
+            user_speech_timeout=turn.user_speech_timeout_s,
+            unfinished_wait_s=turn.unfinished_wait_s,
+        )
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
     return UserTurnStrategies(
