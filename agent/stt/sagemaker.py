@@ -319,6 +319,8 @@ class SageMakerChannel:
         self._closed = True
         if self._ended is None:
             self._ended = ChannelClosed("the SageMaker channel is closed")
+        if not self._messages.full():  # wake a receiver now: the teardown below takes time
+            self._messages.put_nowait(self._ended)
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
                 async with self._send_lock:
@@ -329,9 +331,10 @@ class SageMakerChannel:
         await _wait(self._reader, 2.0)
         await _discard(self._client, self._transport, self._stream)
         if not await _wait(self._reader, 2.0):
+            # awscrt may hold the reader's pending read past cancellation on a frozen stream:
+            # give it a moment, then leave it (it is cancelled and owns nothing of ours).
             self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+            await _wait(self._reader, 2.0)
         if self._messages.empty():
             self._messages.put_nowait(self._ended)
 

@@ -75,6 +75,7 @@ _WATCHDOG_PERIOD_S = 0.25
 _KEEP_FLOWING_AFTER_S = 0.5
 _MAX_RECOVERIES_PER_TURN = 2
 _FINAL_COMMIT_ON_EXIT_S = 1.0
+_CLOSE_WAIT_S = 5.0
 _BACKPRESSURE_PAUSE_S = 0.25
 
 _ERROR_HINTS = {
@@ -143,6 +144,7 @@ class VoxtralRealtimeSTTService(STTService):
         self._rotating = False
         self._idle_closed = False  # the server closed the session for idleness
         self._finished = False  # stopped or cancelled: never connect again
+        self._closing: set[asyncio.Task[None]] = set()  # channels closing in the background
         self._hold_audio_until = 0.0  # backpressure: appends wait until then
         self._disconnecting = False
         self._send_lock = asyncio.Lock()  # keeps commit + its audio in order on the wire
@@ -204,6 +206,8 @@ class VoxtralRealtimeSTTService(STTService):
                 await self.cancel_task(task, timeout=2.0)
         self._watchdog_task = self._connection_task = None
         await self._close_channel()
+        if self._closing:  # bounded by each channel's own teardown deadlines
+            await asyncio.wait(self._closing, timeout=_CLOSE_WAIT_S)
 
     # ------------------------------------------------------------------ frames
 
@@ -454,7 +458,14 @@ class VoxtralRealtimeSTTService(STTService):
             self._last_send_at = time.monotonic()
         except ChannelError as exc:
             logger.warning(f"{self}: send failed ({exc}); the turn will be replayed")
-            await channel.close()  # the receive loop sees the close and reconnects
+            # Closed in the background: the receive loop sees the close and reconnects at
+            # once, while a slow teardown (a frozen SageMaker stream) holds no lock of ours.
+            self._close_in_background(channel)
+
+    def _close_in_background(self, channel: RealtimeChannel) -> None:
+        task = asyncio.get_running_loop().create_task(channel.close(), name=f"{self}::close")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _close_channel(self) -> None:
         channel, self._channel = self._channel, None

@@ -128,8 +128,20 @@ async def test_an_llm_stream_reset_mid_answer_costs_that_answer_only(
                         await asyncio.sleep(0.5)
                         proxy.reset()  # mid-stream
                         await asyncio.sleep(1.0)
-                    await ask(caller, TABLE)
-                    assert len(chat.requests) >= 2 and app.state.registry.stats.active == 1
+                    asked = len(chat.requests)  # (the client may have retried the first)
+                    await caller.speak(ulaw_speech(TABLE))  # over whatever is still playing
+                    async with caller.quiet():
+                        await async_wait_for(
+                            lambda: len(chat.requests) > asked, timeout_s=40, what="a new request"
+                        )
+                        assert "paris" not in str(chat.requests[-1]["messages"][-1]).lower()
+                        heard = caller.count("media")
+                        await async_wait_for(
+                            lambda: caller.count("media") >= heard + 10,
+                            timeout_s=40,
+                            what="the second answer",
+                        )
+                    assert app.state.registry.stats.active == 1
 
 
 async def test_a_slow_narrow_line_to_the_caller_still_carries_the_call(
