@@ -98,6 +98,8 @@ class TcpFaultProxy:
                 self._pump(up_reader, client, line),
                 return_exceptions=True,
             )
+        except asyncio.CancelledError:
+            pass  # the proxy is closing; asyncio would log a cancelled handler as an error
         finally:
             self._lines.remove(line)
             line.close()
