@@ -50,6 +50,7 @@ from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.transcript import CallTranscriptObserver
 from agent.observability.turn_latency import TurnLatencyObserver
+from agent.stt.channels import bearer_auth
 from agent.transports.telephony import TelephonyCalls
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.voice_agent import build_voice_agent_task
@@ -152,7 +153,8 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
         raise HTTPException(
             404, "the operator API is off: set server.api_token (VOICE_AGENT_SERVER__API_TOKEN)"
         )
-    if not authorization or not hmac.compare_digest(authorization, f"Bearer {token}"):
+    expected = (bearer_auth(token) or {}).get("Authorization", "")
+    if not authorization or not hmac.compare_digest(authorization, expected):
         raise HTTPException(401, "send Authorization: Bearer <server.api_token>")
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from bench import peers
 from bench.capacity import CLIENT_CORE, SERVER_CORE, cpu_seconds, question_frames, rss_bytes
 from bench.peers import Peers
-from tests.fakes.serving import free_port
+from tests.fakes.serving import free_port, open_fds, tcp_connections_to
 from tests.fakes.tcp_fault_proxy import TcpFaultProxy
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller
 
@@ -46,22 +46,6 @@ class Tally:
     refused: int = 0
     broken: int = 0
     faults: int = 0
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def connections_to(pid: int, port: int) -> int:
-    """Established TCP connections in ``pid``'s network namespace to ``port``."""
-    count = 0
-    for table in ("tcp", "tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-                fields = line.split()
-                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
-                    count += 1
-    return count
 
 
 async def one_call(url: str, index: int, rng: random.Random, tally: Tally) -> None:
@@ -137,6 +121,10 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
         try:
             await wait_healthy(f"http://127.0.0.1:{port}/healthz", server)
             url = f"ws://127.0.0.1:{port}/telephony/twilio/ws"
+
+            def stt_links() -> int:
+                return tcp_connections_to(stt_proxy.port, pid=server.pid)
+
             tally = Tally()
             started = time.monotonic()
             until = started + args.minutes * 60
@@ -164,7 +152,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
                 cpu_at, wall_at = cpu, wall
                 print(
                     f"| {minute} | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
-                    f"| {open_fds(server.pid)} | {connections_to(server.pid, stt_proxy.port)} "
+                    f"| {open_fds(server.pid)} | {stt_links()} "
                     f"| {tally.placed} | {tally.answered} | {tally.refused} | {tally.broken} "
                     f"| {tally.faults} | {busy:.0f} |",
                     flush=True,
@@ -174,7 +162,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
             rss = rss_bytes(server.pid)
             print(
                 f"| end, no calls | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
-                f"| {open_fds(server.pid)} | {connections_to(server.pid, stt_proxy.port)} "
+                f"| {open_fds(server.pid)} | {stt_links()} "
                 f"| {tally.placed} | {tally.answered} | {tally.refused} | {tally.broken} "
                 f"| {tally.faults} | |"
             )

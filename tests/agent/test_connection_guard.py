@@ -5,8 +5,6 @@ checks and a real call are answered."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -18,6 +16,8 @@ import websockets
 
 from agent.connection_guard import CHECKED_AGAINST
 from tests.agent.test_serve import Serve
+from tests.fakes.serving import open_fds
+from tests.fakes.twilio_caller import TwilioCaller
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,10 +53,6 @@ def guarded(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
         process.kill()
 
 
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 async def half_open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # never the blank line
@@ -65,8 +61,7 @@ async def half_open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrit
 
 async def a_call_is_answered(port: int) -> None:
     async with websockets.connect(f"ws://127.0.0.1:{port}/telephony/twilio/ws") as ws:
-        start = {"streamSid": "MZ1", "callSid": "CA1", "customParameters": {}}
-        await ws.send(json.dumps({"event": "start", "streamSid": "MZ1", "start": start}))
+        await TwilioCaller(ws).start()
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
             for _ in range(100):
                 if (await http.get("/calls")).json()["active"] == 1:

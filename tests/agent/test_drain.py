@@ -7,23 +7,21 @@ A real ``serve`` process, real phone callers speaking Twilio's Media Streams pro
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
+import itertools
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import websockets
 
 from tests.agent.test_serve import Serve
+from tests.fakes.twilio_caller import SILENCE, TwilioCaller
 
 pytestmark = pytest.mark.timeout(120)
-
-ULAW_SILENCE_20MS = base64.b64encode(b"\xff" * 160).decode()
 
 
 @pytest.fixture
@@ -43,46 +41,35 @@ def serve(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
         process.kill()
 
 
-class Caller:
-    """A phone call's media stream: ``start``, then 20 ms of silence every 20 ms."""
+@dataclass
+class Line:
+    """A phone call in progress: the shared Twilio caller, streaming silence until closed."""
 
-    def __init__(self, port: int, sid: str) -> None:
-        self.url = f"ws://127.0.0.1:{port}/telephony/twilio/ws"
-        self.sid = sid
-        self.closed: asyncio.Future[tuple[int | None, str]] = asyncio.Future()
-        self._task: asyncio.Task[None] | None = None
-        self._ws: Any = None
+    caller: TwilioCaller
+    talking: asyncio.Task[object]
 
-    async def dial(self) -> Caller:
-        self._ws = await websockets.connect(self.url)
-        await self._ws.send(json.dumps({"event": "connected", "protocol": "Call"}))
-        start = {"streamSid": f"MZ{self.sid}", "callSid": f"CA{self.sid}", "customParameters": {}}
-        await self._ws.send(
-            json.dumps({"event": "start", "streamSid": f"MZ{self.sid}", "start": start})
-        )
-        self._task = asyncio.create_task(self._talk())
-        return self
+    @classmethod
+    async def dial(cls, port: int, sid: str) -> Line:
+        ws = await websockets.connect(f"ws://127.0.0.1:{port}/telephony/twilio/ws")
+        caller = TwilioCaller(ws, f"CA{sid}", stream_sid=f"MZ{sid}")
+        await caller.start()
+        return cls(caller, asyncio.create_task(caller.send(itertools.repeat(SILENCE))))
 
-    async def _talk(self) -> None:
-        media = json.dumps(
-            {
-                "event": "media",
-                "streamSid": f"MZ{self.sid}",
-                "media": {"payload": ULAW_SILENCE_20MS},
-            }
-        )
-        try:
-            while True:
-                await self._ws.send(media)
-                await asyncio.sleep(0.02)
-        except websockets.ConnectionClosed:
-            pass
-        self.closed.set_result((self._ws.close_code, self._ws.close_reason or ""))
+    @property
+    def closed(self) -> bool:
+        return self.caller.closed.is_set()
+
+    async def close_frame(self, timeout_s: float) -> tuple[int | None, str]:
+        """Wait for the server to close the call; its close code and reason."""
+        await asyncio.wait_for(self.caller.closed.wait(), timeout_s)
+        await asyncio.gather(self.talking, return_exceptions=True)
+        return self.caller.ws.close_code, self.caller.ws.close_reason or ""
 
     async def hang_up(self) -> None:
-        await self._ws.send(json.dumps({"event": "stop", "streamSid": f"MZ{self.sid}"}))
-        await self._ws.close()
-        await self.closed
+        self.talking.cancel()
+        await asyncio.gather(self.talking, return_exceptions=True)
+        await self.caller.stop()
+        await self.caller.ws.close()
 
 
 async def wait_active(http: httpx.AsyncClient, count: int) -> None:
@@ -95,10 +82,7 @@ async def wait_active(http: httpx.AsyncClient, count: int) -> None:
 
 async def test_sigterm_drains_calls_in_progress_and_refuses_new_ones(serve: Serve) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{serve.port}") as http:
-        leaving, staying = (
-            await Caller(serve.port, "1").dial(),
-            await Caller(serve.port, "2").dial(),
-        )
+        leaving, staying = await Line.dial(serve.port, "1"), await Line.dial(serve.port, "2")
         await wait_active(http, 2)
 
         signalled = time.monotonic()
@@ -115,10 +99,10 @@ async def test_sigterm_drains_calls_in_progress_and_refuses_new_ones(serve: Serv
             with pytest.raises(websockets.ConnectionClosed) as refused:
                 await asyncio.wait_for(late.recv(), 5)
         assert refused.value.rcvd is not None and refused.value.rcvd.code == 1013
-        assert not leaving.closed.done() and not staying.closed.done()  # calls go on
+        assert not leaving.closed and not staying.closed  # calls go on
 
         await leaving.hang_up()  # a call that ends by itself during the drain
-        code, reason = await asyncio.wait_for(staying.closed, 15)
+        code, reason = await staying.close_frame(15)
         assert code == 1001 and "going away" in reason, serve.text()[-6000:]
         assert time.monotonic() - signalled >= 3.5  # it was given the drain timeout (4 s)
 
@@ -129,7 +113,7 @@ async def test_sigterm_drains_calls_in_progress_and_refuses_new_ones(serve: Serv
 
 async def test_a_second_sigterm_ends_at_once(serve: Serve, tmp_path: Path) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{serve.port}") as http:
-        caller = await Caller(serve.port, "3").dial()
+        line = await Line.dial(serve.port, "3")
         await wait_active(http, 1)
         serve.process.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.5)
@@ -138,4 +122,4 @@ async def test_a_second_sigterm_ends_at_once(serve: Serve, tmp_path: Path) -> No
         exit_code = await asyncio.to_thread(serve.wait, 30)
         assert exit_code == 0, serve.text()
         assert time.monotonic() - signalled < 3.5  # not the drain timeout
-        await asyncio.wait_for(caller.closed, 5)
+        await line.close_frame(5)

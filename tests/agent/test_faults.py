@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from urllib.parse import urlsplit
 
 import pytest
 import websockets
@@ -21,6 +20,7 @@ from tests.agent.transports.stack import (
 )
 from tests.conftest import requires_espeak
 from tests.fakes.chat_server import ChatServer
+from tests.fakes.serving import port_of
 from tests.fakes.speech_server import SpeechServer
 from tests.fakes.tcp_fault_proxy import TcpFaultProxy
 from tests.fakes.twilio_caller import TwilioCaller, ulaw_speech
@@ -29,12 +29,6 @@ pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
 WEATHER = "what is the weather like in paris today"
 TABLE = "i would like to book a table for two people"
-
-
-def port_of(url: str) -> int:
-    port = urlsplit(url).port
-    assert port is not None
-    return port
 
 
 @asynccontextmanager

@@ -7,12 +7,16 @@ fake runs in a daemon thread with a loop of its own and outlives any one test's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI
 
@@ -23,6 +27,36 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_of(url: str) -> int:
+    """The port a ``scheme://host:port/...`` URL names."""
+    port = urlsplit(url).port
+    assert port is not None, f"{url} names no port"
+    return port
+
+
+def open_fds(pid: int | str = "self") -> int:
+    """How many files (sockets included) a process has open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+ESTABLISHED, CLOSE_WAIT = "01", "08"
+"""TCP states as ``/proc/net/tcp`` writes them."""
+
+
+def tcp_connections_to(
+    port: int, *, pid: int | str = "self", states: tuple[str, ...] = (ESTABLISHED,)
+) -> int:
+    """TCP connections to ``port`` in ``pid``'s network namespace, in one of ``states``."""
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] in states:
+                    count += 1
+    return count
 
 
 class BackgroundServer:

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -27,6 +26,7 @@ from agent.stt.service import VoxtralRealtimeSTTService
 from tests.conftest import requires_espeak
 from tests.container.conftest import bridge_settings, running_bridge
 from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
+from tests.fakes.serving import port_of
 from tests.fakes.speech import speech_at, word_error_rate, write_wav
 from tests.fakes.tcp_fault_proxy import TcpFaultProxy
 
@@ -158,9 +158,3 @@ async def test_a_frozen_stream_is_replaced_and_the_turn_transcribed(
         assert proxy.connections >= 2
     assert word_error_rate(SENTENCE, text) <= 0.25, text
     # (Which notices first depends on the machine's load: the watchdog, or a send's deadline.)
-
-
-def port_of(url: str) -> int:
-    port = urlsplit(url).port
-    assert port is not None
-    return port

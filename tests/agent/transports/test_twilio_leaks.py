@@ -4,10 +4,8 @@ hang-up — within seconds its STT socket, its tasks and its slot are gone."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +18,7 @@ from tests.agent.transports.stack import (
     server_tasks,
 )
 from tests.conftest import requires_espeak
+from tests.fakes.serving import CLOSE_WAIT, ESTABLISHED, open_fds, tcp_connections_to
 from tests.fakes.twilio_caller import TwilioCaller
 
 pytestmark = [requires_espeak, pytest.mark.timeout(180)]
@@ -34,22 +33,6 @@ AT_ONCE = 40
 def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
     with phone_server(asr_server_url, asr_model_name, max_calls=CALLS) as running:
         yield running
-
-
-def connections_to(port: int) -> int:
-    """This process's TCP connections to ``port`` that are open or half-closed."""
-    count = 0
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            remote_port, state = int(fields[2].rsplit(":", 1)[1], 16), fields[3]
-            if remote_port == port and state in ("01", "08"):  # ESTABLISHED, CLOSE_WAIT
-                count += 1
-    return count
 
 
 async def call_and_vanish(ws_url: str, how: str, rng: random.Random) -> None:
@@ -76,7 +59,11 @@ async def test_calls_ending_at_random_stages_leave_no_stt_socket_task_or_slot(
     registry = app.state.registry
     asr_port = urlsplit(asr_server_url).port
     assert asr_port is not None
-    baseline, fds = connections_to(asr_port), open_fds()
+
+    def stt_links() -> int:  # open or half-closed
+        return tcp_connections_to(asr_port, states=(ESTABLISHED, CLOSE_WAIT))
+
+    baseline, fds = stt_links(), open_fds()
     rng = random.Random(7)
     ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
     hows = ["reset_after_start", "reset_mid_sentence", "hang_up"] * (CALLS // 3)
@@ -90,10 +77,10 @@ async def test_calls_ending_at_random_stages_leave_no_stt_socket_task_or_slot(
 
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="all calls ended")
     for _ in range(50):
-        if connections_to(asr_port) <= baseline:
+        if stt_links() <= baseline:
             break
         await asyncio.sleep(0.1)
-    leaked = connections_to(asr_port) - baseline
+    leaked = stt_links() - baseline
     assert leaked <= 0, f"{leaked} STT sockets still open 5 s later; tasks: {server_tasks(app)}"
     assert server_tasks(app) == []
     assert registry.stats.started >= CALLS  # every call really started before it vanished
@@ -102,7 +89,3 @@ async def test_calls_ending_at_random_stages_leave_no_stt_socket_task_or_slot(
             break
         await asyncio.sleep(0.1)
     assert open_fds() <= fds + 5, f"{open_fds() - fds} more fds than before the calls"
-
-
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
