@@ -160,6 +160,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
             await asyncio.gather(*work)
             await asyncio.sleep(5)  # every call has ended: what is left?
             rss = rss_bytes(server.pid)
+            base_rss = base_rss or rss  # a run shorter than a minute has no minute row
             print(
                 f"| end, no calls | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
                 f"| {open_fds(server.pid)} | {stt_links()} "
