@@ -231,6 +231,9 @@ async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
         http=guarded_http_protocol(
             header_timeout_s=limits.header_timeout_s, max_connections=limits.max_connections
         ),
+        # Connections the kernel has accepted but uvicorn has not yet taken wait here; past
+        # it they are dropped unseen, beyond the guard's reach. (Capped by net.core.somaxconn.)
+        backlog=limits.max_connections,
     )
     draining = DrainingServer(
         config, lambda: app.state.registry.drain(timeout_s=settings.server.drain_timeout_s)
