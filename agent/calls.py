@@ -62,6 +62,11 @@ class Call:
     say_going_away: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
     """How to tell the client the server is going away (a phone call: close 1001), before
     :meth:`CallRegistry.shutdown` cancels the call; a transport sets it."""
+    end_reason: str | None = None
+    """Why the call ended ("caller hung up", "transferred to +1555…", "drain", "idle", "error" …);
+    the first reason given wins (:meth:`end_because`)."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Facts from the carrier or the transport: call and stream SIDs, answering-machine result."""
 
     def as_record(self) -> dict[str, Any]:
         """The call as the operator API shows it."""
@@ -71,9 +76,16 @@ class Call:
             "active": not self.released,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
+            "end_reason": self.end_reason,
+            "attributes": dict(self.attributes),
             "user_transcript": list(self.user_transcript),
             "bot_transcript": list(self.bot_transcript),
         }
+
+    def end_because(self, reason: str) -> None:
+        """Say why the call is ending; a later reason does not overwrite an earlier one."""
+        if self.end_reason is None:
+            self.end_reason = reason
 
     def release(self) -> None:
         """Give the slot back. Idempotent: only the first call counts."""
