@@ -355,12 +355,14 @@ class TelephonyCalls:
         logger.info(
             f"call {call.id}: {provider.name} call {start.call_id} stream {start.stream_id}"
         )
+        call.attributes.update({"call_sid": start.call_id, "stream_sid": start.stream_id})
 
         stop_tasks: list[asyncio.Task[Any]] = []
         task_holder: list[Any] = []
 
         def on_stop() -> None:
             logger.info(f"call {call.id}: {provider.name} sent stop")
+            call.end_because("caller hung up")  # unless a transfer said otherwise first
             if task_holder and not stop_tasks:
                 stop_tasks.append(asyncio.create_task(task_holder[0].cancel(reason="stream stop")))
 
@@ -384,6 +386,7 @@ class TelephonyCalls:
         @transport.event_handler("on_client_disconnected")
         async def _hung_up(_transport: Any, _ws: Any) -> None:
             logger.info(f"call {call.id}: media stream closed by the caller")
+            call.end_because("connection lost")  # closed without a 'stop'
             await task.cancel(reason="caller hung up")
 
         try:
