@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 import websockets
 from fastapi import FastAPI
+from loguru import logger
 
+from agent.observability.log_privacy import handler_options
 from agent.observability.metrics import STAGES
 from tests.agent.transports.stack import (
     WebRTCClient,
@@ -102,8 +104,28 @@ def bot_sentences(turn: dict[str, Any]) -> list[str]:
 async def test_a_phone_call_record_holds_every_turn_its_stages_and_only_the_played_text(
     server: Server,
 ) -> None:
+    """...and the server's logs quote none of it (Pipecat's debug lines would)."""
     registry = server.app.state.registry
     ws_url = server.url.replace("http://", "ws://") + "/telephony/twilio/ws"
+    private: list[str] = []
+    debugging: list[str] = []
+    sinks = [
+        logger.add(private.append, level="TRACE", **handler_options(log_transcripts=False)),
+        logger.add(debugging.append, level="TRACE", **handler_options(log_transcripts=True)),
+    ]
+    try:
+        await _the_call(server, ws_url, registry)
+    finally:
+        for sink in sinks:
+            logger.remove(sink)
+    # No transcript text in the logs, unless observability.log_transcripts says so.
+    said = ("paris", "tomorrow", "light coat", "midnight")
+    assert not [line for line in private if any(w in line.lower() for w in said)]
+    assert any("light coat" in line for line in debugging)
+    assert any("paris" in line.lower() for line in debugging)
+
+
+async def _the_call(server: Server, ws_url: str, registry: Any) -> None:
     async with websockets.connect(ws_url) as ws:
         caller = TwilioCaller(ws, "CA0042", stream_sid="MZ0042")
         await caller.start()
