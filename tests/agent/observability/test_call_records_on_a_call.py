@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 import time
 import wave
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from loguru import logger
 
 from agent.observability.log_privacy import handler_options
 from agent.observability.metrics import STAGES
+from tests.agent.test_serve import Serve
 from tests.agent.transports.stack import (
     WebRTCClient,
     async_wait_for,
@@ -254,3 +256,52 @@ async def test_a_webrtc_call_gets_its_record_and_its_line(server: Server) -> Non
         timeout_s=5,
         what="the call's line",
     )
+
+
+async def test_voice_agent_serve_writes_records_drains_with_a_reason_and_logs_no_words(
+    tmp_path: Path, asr_server_url: str
+) -> None:
+    """A real ``voice-agent serve``: one caller speaks and hangs up, one stays past the drain
+    timeout. Both records reach the day file; the log never quotes the caller."""
+    records = tmp_path / "records"
+    serve = Serve(
+        tmp_path,
+        "--profile",
+        "vllm",
+        env={
+            "VOICE_AGENT_STT__URL": asr_server_url,
+            "VOICE_AGENT_LLM__BASE_URL": "",  # the offline responder: "You said: …"
+            "VOICE_AGENT_TTS__BASE_URL": "http://127.0.0.1:9/v1",  # nothing there
+            "VOICE_AGENT_SERVER__DRAIN_TIMEOUT_S": "2",
+            "VOICE_AGENT_RECORDS__DIRECTORY": str(records),
+        },
+    )
+    try:
+        serve.wait_healthy()
+        ws_url = f"ws://127.0.0.1:{serve.port}/telephony/twilio/ws"
+        async with websockets.connect(ws_url) as ws, websockets.connect(ws_url) as stays:
+            caller, staying = TwilioCaller(ws, "CA0051"), TwilioCaller(stays, "CA0052")
+            await caller.start()
+            await staying.start()
+            async with staying.quiet():
+                await caller.silence(0.3)
+                await caller.speak(ulaw_speech("what is the weather like in paris today"))
+                async with caller.quiet():
+                    await async_wait_for(
+                        lambda: ": final after" in serve.text(),  # the STT's (textless) line
+                        timeout_s=30,
+                        what="the question's transcript",
+                    )
+                await caller.stop()
+                serve.process.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(staying.closed.wait(), 15)
+        assert await asyncio.to_thread(serve.wait, 30) == 0, serve.text()[-4000:]
+    finally:
+        serve.kill()
+
+    (day_file,) = records.glob("calls-*.jsonl")
+    lines = {line["attributes"]["call_sid"]: line for line in map(json.loads, day_file.open())}
+    assert lines["CA0051"]["end_reason"] == "caller hung up"
+    assert "paris" in lines["CA0051"]["turns"][0]["user"].lower()
+    assert lines["CA0052"]["end_reason"] == "drain"
+    assert "paris" not in serve.text().lower() and "You said" not in serve.text()
