@@ -18,12 +18,15 @@ side's audio is added, the other side is padded with silence up to the same posi
 filled with silence, so the two tracks stay in step with the call.
 
 A disk that fails or falls behind (over :data:`MAX_QUEUED_BYTES` waiting) costs the
-recording, never the call: the error is logged once per call and kept in the call's record.
+recording, never the call: the error is logged once per recording (and, for a disk that
+falls behind, kept in the call's record too). A call that never carried audio has no file
+and its record says ``recording: null``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import wave
 from concurrent.futures import ThreadPoolExecutor
@@ -80,6 +83,7 @@ class CallRecordings:
         self.directory = directory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recordings")
         self._files: dict[Path, wave.Wave_write | None] = {}  # writer thread only
+        self._lock = threading.Lock()
         self.queued_bytes = 0
 
     def recorder(self, call: Call) -> CallAudioRecorder:
@@ -92,9 +96,10 @@ class CallRecordings:
         """Queue stereo audio for ``path``; ``False`` (nothing queued) when the disk is too
         far behind."""
         size = len(caller) + len(bot)
-        if self.queued_bytes + size > MAX_QUEUED_BYTES:
-            return False
-        self.queued_bytes += size
+        with self._lock:
+            if self.queued_bytes + size > MAX_QUEUED_BYTES:
+                return False
+            self.queued_bytes += size
         self._executor.submit(self._write, path, sample_rate, caller, bot)
         return True
 
@@ -107,7 +112,8 @@ class CallRecordings:
     # ------------------------------------------------------------------ writer thread
 
     def _write(self, path: Path, sample_rate: int, caller: bytes, bot: bytes) -> None:
-        self.queued_bytes -= len(caller) + len(bot)  # one int op: the GIL keeps it whole
+        with self._lock:
+            self.queued_bytes -= len(caller) + len(bot)
         try:
             if path not in self._files:
                 self._files[path] = _open_wav(path, sample_rate)
@@ -189,7 +195,9 @@ class CallAudioRecorder(BaseObserver):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        if self._rate:
+        if not self._rate:
+            self._call.recording = None  # no audio ever came: no file
+        else:
             _pad_to(self._caller, len(self._bot))
             _pad_to(self._bot, len(self._caller))
             self._flush(len(self._caller))
