@@ -276,7 +276,12 @@ async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_leve
                 "Number(document.getElementById('mic-level').getAttribute('aria-valuenow')) >= 40",
                 what="the follow-up question on the meter",
             )
-            shot = await browser.send("Page.captureScreenshot", format="png")
+            card = await browser.js(
+                "(() => { const r = document.querySelector('main.card').getBoundingClientRect();"
+                " return {x: r.x - 12, y: r.y - 12, width: r.width + 24, height: r.height + 24,"
+                " scale: 1}; })()"
+            )
+            shot = await browser.send("Page.captureScreenshot", format="png", clip=card)
             (tmp_path / "playground.png").write_bytes(base64.b64decode(shot["data"]))
 
             await browser.js("document.getElementById('connect').click()")  # Disconnect
