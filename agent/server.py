@@ -46,12 +46,14 @@ from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.llm.clients import close_shared_clients
+from agent.observability.client_latency import TurnLatencyToClient
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.transcript import CallTranscriptObserver
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
 from agent.transports.telephony import TelephonyCalls
+from agent.transports.traits import traits_of
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -160,7 +162,8 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
 
 class ObservedCalls:
     """The transports' :class:`~agent.worker.CallTaskFactory`: the call's pipeline with every
-    observer attached, inline: transcript, turn latency (metrics, log line, trace), idle watch."""
+    observer attached, inline: transcript, turn latency (metrics, log line, trace, and an RTVI
+    message to a client that speaks RTVI), idle watch."""
 
     def __init__(
         self,
@@ -182,6 +185,7 @@ class ObservedCalls:
             metrics=self._metrics,
             log_turns=self._settings.observability.log_turns,
             trace=self._tracing.call(call.id) if self._tracing else None,
+            on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
         observe_inline(worker, [CallTranscriptObserver(call), latency, IdleCallWatch(worker)])
         return worker

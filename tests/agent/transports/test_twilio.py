@@ -118,6 +118,8 @@ async def test_a_phone_call_is_answered_and_barge_in_clears_bot_audio(
         await caller.mark("m1")
         call = registry.calls()[0]
         assert "paris" in " ".join(call.user_transcript).lower()
+        # Only Twilio's own messages: a phone speaks no RTVI (no VAD events, no turn latency).
+        assert {e.get("event") for e in caller.events} <= {"media", "clear", "mark"}
         await caller.stop()
         await asyncio.wait_for(caller.closed.wait(), 10)  # the server ends the call and closes
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
