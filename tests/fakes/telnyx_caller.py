@@ -40,7 +40,7 @@ import websockets
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller, payloads
+from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller, payloads, ulaw_speech
 
 with warnings.catch_warnings():  # the reference G.711 codecs; Python 3.12 still ships them
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -124,6 +124,12 @@ async def place_call(base_url: str, form: dict[str, str] = CALL_FORM) -> str:
 def to_alaw(pcm: bytes) -> bytes:
     """8 kHz PCM16 as A-law (PCMA)."""
     return audioop.lin2alaw(pcm, 2)
+
+
+def alaw_speech(text: str, *, trim: bool = False) -> bytes:
+    """``text`` spoken (see :mod:`tests.fakes.speech`) as 8 kHz A-law; ``trim`` as in
+    :func:`~tests.fakes.twilio_caller.ulaw_speech`."""
+    return to_alaw(audioop.ulaw2lin(ulaw_speech(text, trim=trim), 2))
 
 
 class TelnyxCaller(TwilioCaller):

@@ -57,16 +57,25 @@ def running_server(
 
 
 @contextmanager
-def phone_server(asr_url: str, asr_model: str, *, max_calls: int) -> Iterator[tuple[str, FastAPI]]:
+def phone_server(
+    asr_url: str,
+    asr_model: str,
+    *,
+    max_calls: int,
+    telnyx: dict[str, Any] | None = None,
+    **server: Any,
+) -> Iterator[tuple[str, FastAPI]]:
     """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``; Telnyx on,
-    with the test account's public key) against the offline ASR server and an espeak speech
-    server."""
+    with the test account's public key and ``telnyx`` settings) against the offline ASR server
+    and an espeak speech server; ``server``: more ``server.*`` settings."""
     with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls
+            asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls, **server
         )
         settings.twilio.auth_token = TOKEN
-        settings.telnyx.public_key = TELNYX_PUBLIC_KEY
+        settings.telnyx = settings.telnyx.model_copy(
+            update={"public_key": TELNYX_PUBLIC_KEY, **(telnyx or {})}
+        )
         with running_server(settings) as running:
             yield running
 
