@@ -59,11 +59,13 @@ class Carrier:
             url = self.ws_url(base_url) + "?token=1999999999.forged.0000"
         else:
             url = await self.stream_url(base_url, n)
-        async with websockets.connect(url) as ws:
-            caller = self.caller(ws, n)
-            try:
-                yield caller
-            finally:
+        callers: list[TwilioCaller] = []
+        try:
+            async with websockets.connect(url) as ws:
+                callers.append(self.caller(ws, n))
+                yield callers[0]
+        finally:  # after the close handshake, which the reader sees through, as a carrier does
+            for caller in callers:
                 await caller.close()
 
     async def signed_webhook(self, base_url: str) -> httpx.Response:
