@@ -146,7 +146,7 @@ class StreamStart:
     """The media-stream URL's query parameters (a carrier without custom ``start`` parameters
     gets its stream token there); :meth:`TelephonyCalls.serve_stream` fills it in."""
     attributes: dict[str, str] = field(default_factory=dict)
-    """Carrier facts for ``Call.attributes`` (call control id, codec, numbers …)."""
+    """Carrier facts for ``Call.attributes`` (call SID, codec, numbers …)."""
 
 
 class TelephonyProvider(Protocol):

@@ -206,7 +206,8 @@ class TelnyxProvider:
         if not isinstance(call_control_id, str) or not call_control_id:
             raise ValueError("Telnyx 'start' has no call_control_id")
         codec = parse_media_format(start.get("media_format"))
-        attributes = {"call_control_id": call_control_id, "stream_id": stream_id, "codec": codec}
+        # the same names as Twilio's facts: Telnyx's TeXML calls the call control id CallSid
+        attributes = {"call_sid": call_control_id, "stream_sid": stream_id, "codec": codec}
         for key in ("from", "to"):
             if isinstance(start.get(key), str):
                 attributes[key] = start[key]

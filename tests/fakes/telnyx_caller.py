@@ -171,8 +171,10 @@ class TelnyxCaller(TwilioCaller):
         }
         await self._send_event("start", start=start)
 
-    async def dtmf(self, digit: str) -> None:
-        await self._send_event("dtmf", dtmf={"digit": digit})
+    async def press(self, digits: str) -> None:
+        """One ``dtmf`` message per key, as Telnyx sends them when the caller presses keys."""
+        for digit in digits:
+            await self._send_event("dtmf", dtmf={"digit": digit})
 
     async def mark(self, name: str) -> None:
         """``mark``: the audio before the server's mark ``name`` has played."""

@@ -61,7 +61,7 @@ async def test_the_caller_speaks_telnyxs_protocol_at_real_time_pace(
             await caller.start()
             await caller.speak(b"\x00" * (FRAME_BYTES * 10 + 1))  # 11 frames, the last padded
             await caller.silence(0.02)
-            await caller.dtmf("5")
+            await caller.press("5")
             await caller.mark("played")
             await caller.stop()
             await caller.close()

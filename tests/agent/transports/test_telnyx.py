@@ -224,7 +224,7 @@ async def test_a_call_in_a_law_is_transcribed_and_answered(
             call = registry.calls()[0]
             assert "paris" in " ".join(call.user_transcript).lower()
             assert call.attributes["codec"] == caller_codec
-            assert call.attributes["call_control_id"] == caller.call_control_id
+            assert call.attributes["call_sid"] == caller.call_control_id
             await caller.stop()
             await asyncio.wait_for(caller.closed.wait(), 10)
         await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the end")
