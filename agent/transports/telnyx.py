@@ -15,9 +15,10 @@ message's ``media_format.encoding`` says. Anything but 8 kHz mono PCMU/PCMA is r
 Security: Telnyx signs each webhook with Ed25519 (``telnyx-signature-ed25519`` over
 ``telnyx-timestamp|raw body``, developers.telnyx.com/docs/development/api-fundamentals/webhooks);
 the webhook checks it against ``telnyx.public_key`` and refuses a missing, wrong or stale one
-with 403 before anything starts. Telnyx's ``start`` carries no parameter of ours, so the stream
-URL does: a token the webhook signs with ``telnyx.stream_secret``, valid for
-:data:`STREAM_TOKEN_TTL_S` and for one stream only.
+with 403 before anything starts. The stream must come from a call whose webhook was signed:
+rather than rely on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a
+token the webhook signs with ``telnyx.stream_secret``, valid for :data:`STREAM_TOKEN_TTL_S` and
+for one stream only.
 """
 
 from __future__ import annotations
