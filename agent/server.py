@@ -12,7 +12,8 @@ transports. Routes:
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
   (see :mod:`agent.transports.webrtc`).
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
-  (see :mod:`agent.transports.telephony`).
+  (see :mod:`agent.transports.telephony`); Telnyx, with ``telnyx.public_key`` set:
+  ``POST /telephony/telnyx``, ``WS /telephony/telnyx/ws`` (:mod:`agent.transports.telnyx`).
 - The offline playground at ``/`` and ``/client`` (files under ``/playground/``).
 
 It is the only composer: it builds each call's worker from the pipeline factory
