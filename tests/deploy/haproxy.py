@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.manifests import container, find
+from tests.deploy.manifests import container, find, ingress_paths
 
 INGRESS = "nginx.ingress.kubernetes.io/"
 
@@ -34,12 +34,14 @@ class BalancerFacts:
     rise: int
     affinity_cookie: str
     tunnel_timeout_s: int
+    public_paths: list[tuple[str, str]]
     settings_env: dict[str, str]
 
     @classmethod
     def from_manifests(cls, resources: list[dict[str, Any]]) -> BalancerFacts:
         probe = container(find(resources, "Deployment", "voice-agent"), "server")["readinessProbe"]
-        notes = find(resources, "Ingress", "voice-agent")["metadata"]["annotations"]
+        ingress = find(resources, "Ingress", "voice-agent")
+        notes = ingress["metadata"]["annotations"]
         assert notes[INGRESS + "affinity"] == "cookie"
         return cls(
             readiness_path=probe["httpGet"]["path"],
@@ -49,6 +51,7 @@ class BalancerFacts:
             rise=probe["successThreshold"],
             affinity_cookie=notes[INGRESS + "session-cookie-name"],
             tunnel_timeout_s=int(notes[INGRESS + "proxy-read-timeout"]),
+            public_paths=ingress_paths(ingress),
             settings_env=dict(find(resources, "ConfigMap", "voice-agent-settings")["data"]),
         )
 
@@ -62,6 +65,12 @@ def haproxy_config(
     or full) still goes there, so a WebRTC session's follow-ups reach the peer connection that
     only that process holds; ``option redispatch``: unless that replica is gone altogether.
     """
+    public = []  # the Ingress's paths: Exact is the path; Prefix, whole path elements
+    for path, kind in facts.public_paths:
+        public.append(f"    acl public path {path}")
+        if kind == "Prefix":
+            public.append(f"    acl public path_beg {path.rstrip('/')}/")
+    acls = "\n".join(public)
     servers = "\n".join(
         f"    server {name} 127.0.0.1:{replica_port} check cookie {name}"
         for name, replica_port in replicas.items()
@@ -85,6 +94,8 @@ defaults
 frontend calls
     bind 127.0.0.1:{port}
     option forwardfor
+{acls}
+    http-request deny deny_status 404 unless public
     default_backend agents
 
 backend agents

@@ -69,3 +69,25 @@ def find(resources: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any
 def container(deployment: dict[str, Any], name: str) -> dict[str, Any]:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     return next(c for c in containers if c["name"] == name)
+
+
+def ingress_paths(ingress: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(path, pathType)`` of every rule of an Ingress."""
+    return [
+        (path["path"], path["pathType"])
+        for rule in ingress["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    ]
+
+
+def ingress_routes(paths: list[tuple[str, str]], request_path: str) -> bool:
+    """Whether a request for ``request_path`` matches one of ``paths`` (Kubernetes rules:
+    Exact is the whole path, Prefix matches whole path elements)."""
+    for path, kind in paths:
+        if kind == "Exact" and request_path == path:
+            return True
+        if kind == "Prefix":
+            prefix = path.rstrip("/")
+            if request_path == prefix or request_path.startswith(prefix + "/") or prefix == "":
+                return True
+    return False

@@ -175,6 +175,11 @@ async def test_a_replica_drains_behind_haproxy_and_no_call_is_lost(cluster: Clus
         httpx.AsyncClient(base_url=cluster.url, timeout=20) as browser,  # keeps its cookies
         httpx.AsyncClient(timeout=10) as direct,
     ):
+        # ---- what the Ingress keeps inside stays inside
+        for inside in ("/metrics", "/calls", "/readyz"):
+            assert (await browser.get(inside)).status_code == 404, inside
+        assert (await browser.get("/")).status_code == 200  # the playground page
+
         # ---- a WebRTC call: /start, then its follow-ups must reach the same replica
         start = await browser.post("/start")
         assert start.status_code == 200, start.text

@@ -23,6 +23,8 @@ from tests.deploy.manifests import (
     container,
     documents,
     find,
+    ingress_paths,
+    ingress_routes,
     tool,
 )
 
@@ -201,3 +203,35 @@ def test_the_agent_dockerfile_runs_the_server_as_a_user_with_everything_it_copie
 def test_the_secret_is_not_applied_with_the_manifests(agent_resources: Resources) -> None:
     assert not [r for r in agent_resources if r["kind"] == "Secret"]
     assert documents(SECRET_EXAMPLE.read_text())[0]["kind"] == "Secret"
+
+
+def test_the_ingress_routes_what_callers_use_and_keeps_operator_routes_inside(
+    agent_resources: Resources,
+) -> None:
+    from agent.server import create_app
+
+    routes = route_paths(create_app(load_settings("vllm")).routes)
+    paths = ingress_paths(find(agent_resources, "Ingress", "voice-agent"))
+    callers = {"/start", "/api/offer", "/sessions/{session_id}/api/offer", "/telephony/twilio",
+               "/telephony/twilio/ws", "/", "/client", "/client/", "/playground"}  # fmt: skip
+    inside = {"/metrics", "/calls", "/calls/{call_id}", "/healthz", "/readyz",
+              "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}  # fmt: skip
+    unsorted = routes - callers - inside
+    assert not unsorted, f"new routes {unsorted}: say whether the Ingress should carry them"
+    assert callers | inside <= routes, (callers | inside) - routes
+    for route in callers:
+        assert ingress_routes(paths, route), f"{route}: callers cannot reach it"
+    for route in inside:
+        assert not ingress_routes(paths, route), f"{route}: open to the internet"
+
+
+def route_paths(routes: list[Any]) -> set[str]:
+    """Every path the app serves, through included routers."""
+    paths: set[str] = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            paths |= route_paths(included.routes)
+        elif getattr(route, "path", None):
+            paths.add(route.path)
+    return paths
