@@ -7,6 +7,11 @@ kubelet runs the hook, then sends SIGTERM; ``voice-agent serve`` takes a *second
 progress go on for up to ``server.drain_timeout_s``) and returns only once the server process
 is gone: the kubelet's signal then finds nothing left to cut short.
 
+``--settle S`` waits S seconds before that signal, the server still taking calls: Kubernetes
+takes a terminating pod out of the Service's ready endpoints at once, but the ingress
+controller learns it a moment later, and a call it sends meanwhile should be answered, not
+refused.
+
 Why a signal and not an HTTP route: it adds no network surface (a drain route would be one
 more thing to authenticate and keep off the Ingress), needs no ``server.api_token``, and the
 kernel does the authentication: only a process of the same user in the same PID namespace
@@ -29,8 +34,8 @@ import urllib.request
 from pathlib import Path
 
 DEFAULT_TIMEOUT_S = 150.0
-"""``server.drain_timeout_s`` (120) plus time to close the last calls and stop; the
-Deployment's ``terminationGracePeriodSeconds`` is above it."""
+"""``server.drain_timeout_s`` (120) plus a settle time and the time to close the last calls and
+stop; the Deployment's ``terminationGracePeriodSeconds`` is above what it passes."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,19 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=7860, help="the server's port, for progress (default 7860)"
     )
     parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds to keep taking calls before the drain starts, while load balancers "
+        "take the replica out (default 0)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
-        help=f"give up after this many seconds, exit 1 (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"give up after this many seconds from the start (settle included), exit 1 "
+        f"(default {DEFAULT_TIMEOUT_S:g})",
     )
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.pid < 1 or args.timeout <= 0:
-        print("voice-agent drain: --pid must be >= 1 and --timeout > 0", file=sys.stderr)
+    if args.pid < 1 or args.timeout <= 0 or not 0 <= args.settle < args.timeout:
+        print(
+            "voice-agent drain: --pid must be >= 1, --timeout > 0 and 0 <= --settle < --timeout",
+            file=sys.stderr,
+        )
         return 2
+    if args.settle:
+        say(f"taking calls for {args.settle:g} s more while load balancers take us out")
+        time.sleep(args.settle)
     try:
         os.kill(args.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -72,7 +91,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    return wait_gone(args.pid, args.port, args.timeout)
+    return wait_gone(args.pid, args.port, args.timeout - args.settle)
 
 
 def wait_gone(pid: int, port: int, timeout_s: float) -> int:

@@ -51,23 +51,28 @@ async def drain(*args: str) -> asyncio.subprocess.Process:
     )
 
 
-async def test_drain_waits_for_the_calls_in_progress_then_for_the_server_to_exit(
+async def test_drain_settles_then_waits_for_the_calls_in_progress_and_the_servers_exit(
     serve: Serve,
 ) -> None:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{serve.port}") as http:
-        line = await Line.dial(serve.port, "1")
+        first = await Line.dial(serve.port, "1")
         await wait_active(http, 1)
-        hook = await drain("--pid", str(serve.process.pid), "--port", str(serve.port))
-        for _ in range(100):
+        pid, port = str(serve.process.pid), str(serve.port)
+        hook = await drain("--pid", pid, "--port", port, "--settle", "2")
+        late = await Line.dial(serve.port, "2")  # sent by a balancer that has not yet heard
+        await wait_active(http, 2)  # taken, not refused
+        assert (await http.get("/readyz")).json()["status"] != "draining"
+        for _ in range(200):
             ready = await http.get("/readyz")
             if ready.json()["status"] == "draining":
                 break
             await asyncio.sleep(0.05)
         assert ready.json()["status"] == "draining"
         await asyncio.sleep(1.0)
-        assert hook.returncode is None, "the hook returned while a call was in progress"
-        assert not line.closed  # the call goes on
-        await line.hang_up()
+        assert hook.returncode is None, "the hook returned while calls were in progress"
+        assert not first.closed and not late.closed  # the calls go on
+        await first.hang_up()
+        await late.hang_up()
         _, stderr = await asyncio.wait_for(hook.communicate(), 30)
     assert hook.returncode == 0, stderr.decode()
     assert "has exited" in stderr.decode()
@@ -104,6 +109,7 @@ def test_drain_gives_up_with_exit_1_when_the_process_outlives_the_timeout() -> N
 
 
 def test_bad_arguments_are_refused_with_exit_2() -> None:
-    hook = drain_now("--timeout", "0")
-    assert hook.returncode == 2
-    assert "--timeout" in hook.stderr
+    for bad in (["--timeout", "0"], ["--settle", "10", "--timeout", "5"], ["--pid", "0"]):
+        hook = drain_now(*bad)
+        assert hook.returncode == 2, bad
+        assert "--timeout" in hook.stderr

@@ -106,10 +106,12 @@ def test_probes_drain_and_grace_period_fit_together(agent_resources: Resources) 
     hook = server["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[:2] == ["voice-agent", "drain"]
     hook_timeout = float(hook[hook.index("--timeout") + 1])
+    settle = float(hook[hook.index("--settle") + 1])
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    # The server closes what is left at drain_timeout; the hook waits for its exit; the
-    # kubelet's SIGKILL comes last.
-    assert drain_timeout + 10 <= hook_timeout < grace
+    # Calls still taken while the ingress hears of it (settle), then the drain: the server
+    # closes what is left at drain_timeout; the hook waits for its exit; SIGKILL comes last.
+    assert settle > 0
+    assert settle + drain_timeout + 10 <= hook_timeout < grace
     assert hook_timeout <= DEFAULT_TIMEOUT_S
     assert hook[hook.index("--port") + 1] == data["VOICE_AGENT_SERVER__PORT"]
     assert server["ports"][0]["containerPort"] == int(data["VOICE_AGENT_SERVER__PORT"])
