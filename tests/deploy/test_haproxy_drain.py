@@ -11,10 +11,11 @@ Calls are real: Twilio Media Streams over WebSockets through HAProxy, and a WebR
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,25 @@ def cluster(
                 replica.kill()
 
 
+Callers = tuple[dict[str, list[Line]], WebRTCClient]
+
+
+@pytest.fixture
+async def callers() -> AsyncIterator[Callers]:
+    """The phone lines (by the replica they reached) and the WebRTC peer; whatever the test
+    left open is hung up."""
+    lines: dict[str, list[Line]] = {}
+    webrtc = WebRTCClient()
+    try:
+        yield lines, webrtc
+    finally:
+        for line in [line for group in lines.values() for line in group]:
+            if not line.closed:
+                with contextlib.suppress(Exception):
+                    await line.hang_up()
+        await webrtc.close()
+
+
 async def wait_pool(cluster: Cluster, name: str, state: str, timeout_s: float) -> float:
     """Poll HAProxy until replica ``name`` is exactly ``state``; when that happened."""
     deadline = time.monotonic() + timeout_s
@@ -165,12 +185,13 @@ def candidate_of(sdp: str) -> dict[str, Any]:
     return {"candidate": line[2:], "sdp_mid": "0", "sdp_mline_index": 0}
 
 
-async def test_a_replica_drains_behind_haproxy_and_no_call_is_lost(cluster: Cluster) -> None:
+async def test_a_replica_drains_behind_haproxy_and_no_call_is_lost(
+    cluster: Cluster, callers: Callers
+) -> None:
     facts, replicas = cluster.facts, cluster.replicas
+    lines, webrtc = callers
     for name in REPLICAS:
         await wait_pool(cluster, name, "UP", timeout_s=facts.check_interval_s * (facts.rise + 2))
-    lines: dict[str, list[Line]] = {}
-    webrtc = WebRTCClient()
     async with (
         httpx.AsyncClient(base_url=cluster.url, timeout=20) as browser,  # keeps its cookies
         httpx.AsyncClient(timeout=10) as direct,
