@@ -4,7 +4,8 @@
 transports. Routes:
 
 - ``GET /healthz`` the process is up (with call counts); ``GET /readyz`` STT, LLM and TTS are
-  reachable (200, or 503 naming what is down); ``GET /calls`` call counts.
+  reachable (200, or 503 naming what is down; 503 ``draining`` or ``full`` at
+  ``server.max_calls``, so a load balancer sends new calls elsewhere); ``GET /calls`` call counts.
 - ``GET /calls/{id}`` one call with its transcript, running or recently ended (Bearer
   ``server.api_token``; off without one).
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
@@ -112,6 +113,8 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     async def readyz() -> JSONResponse:
         if registry.draining:  # at once, without probing: no new call may come here
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not registry.has_capacity:  # full: a load balancer sends the next call elsewhere
+            return JSONResponse({"status": "full", "calls": asdict(registry.stats)}, 503)
         components = await readiness(settings)
         down = [name for name, status in components.items() if not status.ok]
         body: dict[str, Any] = {
