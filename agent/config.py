@@ -8,6 +8,8 @@ setting fails at start with :class:`ConfigError`, naming the setting and the fix
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import tomllib
 from dataclasses import fields
@@ -189,6 +191,47 @@ class TwilioSettings(_Section):
     auth_token: str | None = None
 
 
+class TelnyxSettings(_Section):
+    """A second carrier: Telnyx media streams behind a TeXML application."""
+
+    public_key: str | None = Field(
+        default=None,
+        description="The account's Ed25519 public key, base64 (Mission Control: Keys & "
+        "Credentials > Public Key); set, the Telnyx routes are on and every webhook must be "
+        "signed with it.",
+    )
+    signature_tolerance_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A webhook signed further than this from now (telnyx-timestamp) is refused.",
+    )
+    stream_secret: str | None = Field(
+        default=None,
+        description="Signs the single-use stream token the webhook hands Telnyx; unset, a "
+        "random one per process (set one shared value when several processes answer).",
+    )
+    codec: Literal["PCMU", "PCMA"] = Field(
+        default="PCMU",
+        description="G.711 flavour asked of Telnyx for both directions (8 kHz).",
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _ed25519_key(cls, key: str | None) -> str | None:
+        if key is None:
+            return None
+        try:
+            raw = base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError(
+                "must be the base64 Ed25519 public key Telnyx shows under Keys & Credentials "
+                "(32 bytes once decoded)"
+            )
+        return key
+
+
 class ObservabilitySettings(_Section):
     """Per-turn latency: structured log lines, Prometheus at ``/metrics``, optional traces."""
 
@@ -258,6 +301,7 @@ class Settings(BaseSettings):
     tts: TTSSettings = TTSSettings()
     turn: TurnSettings = TurnSettings()
     twilio: TwilioSettings = TwilioSettings()
+    telnyx: TelnyxSettings = TelnyxSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     records: RecordsSettings = RecordsSettings()
 

@@ -4,7 +4,8 @@
 transports. Routes:
 
 - ``GET /healthz`` the process is up (with call counts); ``GET /readyz`` STT, LLM and TTS are
-  reachable (200, or 503 naming what is down); ``GET /calls`` call counts.
+  reachable (200, or 503 naming what is down; 503 ``draining`` or ``full`` at
+  ``server.max_calls``, so a load balancer sends new calls elsewhere); ``GET /calls`` call counts.
 - ``GET /calls/{id}`` one call's record (turns, latency stages, why it ended), running or
   among the last 50 ended (Bearer ``server.api_token``; off without one). With
   ``records.directory`` set, every ended call's record is also appended to that day's JSON
@@ -15,7 +16,8 @@ transports. Routes:
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
   (see :mod:`agent.transports.webrtc`).
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
-  (see :mod:`agent.transports.telephony`).
+  (see :mod:`agent.transports.telephony`); Telnyx, with ``telnyx.public_key`` set:
+  ``POST /telephony/telnyx``, ``WS /telephony/telnyx/ws`` (:mod:`agent.transports.telnyx`).
 - The offline playground at ``/`` and ``/client`` (files under ``/playground/``).
 
 It is the only composer: it builds each call's worker from the pipeline factory
@@ -53,12 +55,14 @@ from agent.health import readiness
 from agent.llm.clients import close_shared_clients
 from agent.observability.call_record import CallRecordObserver
 from agent.observability.call_recording import CallRecordings
+from agent.observability.client_latency import TurnLatencyToClient
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.record_sink import RecordSink
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
 from agent.transports.telephony import TelephonyCalls
+from agent.transports.traits import traits_of
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -136,6 +140,8 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     async def readyz() -> JSONResponse:
         if registry.draining:  # at once, without probing: no new call may come here
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not registry.has_capacity:  # full: a load balancer sends the next call elsewhere
+            return JSONResponse({"status": "full", "calls": asdict(registry.stats)}, 503)
         components = await readiness(settings)
         down = [name for name, status in components.items() if not status.ok]
         body: dict[str, Any] = {
@@ -187,8 +193,9 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
 
 class ObservedCalls:
     """The transports' :class:`~agent.worker.CallTaskFactory`: the call's pipeline with every
-    observer attached, inline: turn latency (metrics, log line, trace), the call's record,
-    idle watch, and the recorder when recording is on."""
+    observer attached, inline: turn latency (metrics, log line, trace, and an RTVI message to
+    a client that speaks RTVI), the call's record, idle watch, and the recorder when
+    recording is on."""
 
     def __init__(
         self,
@@ -212,6 +219,7 @@ class ObservedCalls:
             metrics=self._metrics,
             log_turns=self._settings.observability.log_turns,
             trace=self._tracing.call(call.id) if self._tracing else None,
+            on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
         idle = IdleCallWatch(worker, on_timeout=lambda: call.end_because("idle"))
         observers: list[BaseObserver] = [latency, CallRecordObserver(call, latency=latency), idle]

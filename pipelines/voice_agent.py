@@ -47,6 +47,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.processors.frameworks.rtvi import RTVIObserverParams
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_start import (
     TranscriptionUserTurnStartStrategy,
@@ -113,6 +114,8 @@ def build_voice_agent_task(
         ),
         conversation_id=call_id,
         enable_rtvi=traits.speaks_rtvi,
+        # The raw VAD events too, so a client can show whether the VAD hears its user.
+        rtvi_observer_params=RTVIObserverParams(vad_user_speaking_enabled=True),
         enable_tracing=tracing,
         enable_turn_tracking=tracing,
         idle_timeout_secs=None,  # the server's IdleCallWatch does the same job more cheaply

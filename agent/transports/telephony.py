@@ -13,8 +13,9 @@ Security: with ``twilio.auth_token`` set, the webhook checks ``X-Twilio-Signatur
 nothing started when missing or wrong) and hands Twilio a per-call token as a ``<Parameter>``;
 the WebSocket accepts only a ``start`` carrying the token for its CallSid.
 
-Another provider (Telnyx, Plivo …) is one more :class:`TelephonyProvider`: its webhook answer,
-its ``start`` parsing and its Pipecat serializer; :class:`TelephonyCalls` runs the rest.
+Another provider is one more :class:`TelephonyProvider`: its webhook answer, its ``start``
+parsing and its Pipecat serializer; :class:`TelephonyCalls` runs the rest. Telnyx is the
+second (:mod:`agent.transports.telnyx`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ class StreamStart:
     stream_id: str
     call_id: str
     parameters: dict[str, str] = field(default_factory=dict)
+    query: dict[str, str] = field(default_factory=dict)
+    """The media-stream URL's query parameters (a carrier without custom ``start`` parameters
+    gets its stream token there); :meth:`TelephonyCalls.serve_stream` fills it in."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Carrier facts for ``Call.attributes`` (call SID, codec, numbers …)."""
 
 
 class TelephonyProvider(Protocol):
@@ -227,6 +233,7 @@ class TwilioProvider:
             stream_id=stream_sid,
             call_id=call_sid,
             parameters={str(k): str(v) for k, v in custom.items()},
+            attributes={"call_sid": call_sid, "stream_sid": stream_sid},
         )
 
     def authorize(self, start: StreamStart) -> bool:
@@ -290,6 +297,10 @@ class TelephonyCalls:
         self._max_awaiting_start = max(MIN_AWAITING_START, registry.max_calls)
         self.router = APIRouter()
         default: list[TelephonyProvider] = [TwilioProvider(settings)]
+        if settings.telnyx.public_key:
+            from agent.transports.telnyx import TelnyxProvider  # it builds on this module
+
+            default.append(TelnyxProvider(settings))
         for provider in providers or default:
             self._add_routes(provider)
 
@@ -338,6 +349,7 @@ class TelephonyCalls:
             return
         finally:
             self._awaiting_start -= 1
+        start.query = dict(websocket.query_params)
         if not provider.authorize(start):
             logger.warning(f"{provider.name}: media stream token missing or wrong; closing")
             await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
@@ -347,6 +359,7 @@ class TelephonyCalls:
         except CallLimitReached:
             await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
             return
+        call.attributes.update(start.attributes)
         await self._registry.run(call, self._stream(call, websocket, provider, start))
 
     async def _stream(
@@ -355,7 +368,6 @@ class TelephonyCalls:
         logger.info(
             f"call {call.id}: {provider.name} call {start.call_id} stream {start.stream_id}"
         )
-        call.attributes.update({"call_sid": start.call_id, "stream_sid": start.stream_id})
 
         stop_tasks: list[asyncio.Task[Any]] = []
         task_holder: list[Any] = []
@@ -406,7 +418,7 @@ class TelephonyCalls:
 
         def report(why: str, sample: str) -> None:
             nonlocal logged
-            self._count_bad_input("twilio_message", why)
+            self._count_bad_input(f"{call.kind}_message", why)
             if not logged:
                 logged = True
                 logger.warning(

@@ -93,6 +93,21 @@ async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: s
     assert "offline responder" in ready.json()["components"]["llm"]["detail"]
 
 
+async def test_readyz_is_503_full_at_max_calls_and_ready_again_when_a_slot_frees(
+    stt_peer: str, http_peer: str
+) -> None:
+    settings = settings_for(stt_peer, None, f"{http_peer}/v1", max_calls=1)
+    app = create_app(settings, pipeline=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        call = app.state.registry.reserve("twilio")
+        full = await http.get("/readyz")
+        call.release()
+        ready = await http.get("/readyz")
+    assert full.status_code == 503
+    assert full.json()["status"] == "full" and full.json()["calls"]["active"] == 1
+    assert ready.status_code == 200, ready.text
+
+
 def test_the_playground_is_served_offline() -> None:
     settings = settings_for("ws://127.0.0.1:9/v1/realtime", None, "http://127.0.0.1:9")
     with running_server(settings, pipeline=_never_called) as (url, _app):

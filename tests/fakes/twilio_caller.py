@@ -95,6 +95,9 @@ def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> byte
 class TwilioCaller:
     """One call's media stream over an open WebSocket; reading starts at once."""
 
+    silence_frame = SILENCE
+    """20 ms of silence in the line's codec."""
+
     def __init__(
         self,
         ws: websockets.ClientConnection,
@@ -167,13 +170,19 @@ class TwilioCaller:
             self._due += FRAME_S
             self._chunk += 1
             self._sequence += 1
-            await self.ws.send(
-                _MEDIA.format(
-                    self._sequence, self._chunk, (self._chunk - 1) * 20, payload, self.stream_sid
-                )
-            )
+            await self.ws.send(self._media_message(payload))
             sent_at = time.monotonic()
         return sent_at
+
+    def _to_pcm(self, g711: bytes) -> bytes:
+        """The server's audio as PCM16 (a subclass may speak A-law)."""
+        return audioop.ulaw2lin(g711, 2)
+
+    def _media_message(self, payload: str) -> str:
+        """The ``media`` message for the current chunk (a subclass speaks another carrier)."""
+        return _MEDIA.format(
+            self._sequence, self._chunk, (self._chunk - 1) * 20, payload, self.stream_sid
+        )
 
     async def speak(self, ulaw: bytes, *, stop_after: float | None = None) -> float:
         """Send μ-law audio at real-time pace (only its first ``stop_after`` seconds, if
@@ -186,12 +195,12 @@ class TwilioCaller:
         return sent_at
 
     async def silence(self, seconds: float) -> None:
-        await self.send([SILENCE] * round(seconds / FRAME_S))
+        await self.send([self.silence_frame] * round(seconds / FRAME_S))
 
     @contextlib.asynccontextmanager
     async def quiet(self) -> AsyncIterator[None]:
         """Send silence while the block runs: Twilio streams the line all call long."""
-        sending = asyncio.create_task(self.send(itertools.repeat(SILENCE)))
+        sending = asyncio.create_task(self.send(itertools.repeat(self.silence_frame)))
         try:
             yield
         finally:
@@ -241,7 +250,7 @@ class TwilioCaller:
                     ulaw = base64.b64decode(event["media"]["payload"])
                     self.media_received += 1
                     self.media_bytes += len(ulaw)
-                    if audioop.max(audioop.ulaw2lin(ulaw, 2), 2) > LOUD_PEAK:
+                    if audioop.max(self._to_pcm(ulaw), 2) > LOUD_PEAK:
                         self.loud_at.append(time.monotonic())
                 elif kind == "clear":
                     self.media_at_clear.append(self.media_received)
