@@ -276,6 +276,12 @@ class RecordsSettings(_Section):
         "<directory>/recordings/YYYY-MM-DD/<call id>.wav. Mind consent (README).",
     )
 
+    @field_validator("directory")
+    @classmethod
+    def _absolute(cls, directory: Path | None) -> Path | None:
+        """Relative to where the server starts; kept absolute so records name their WAVs."""
+        return None if directory is None else directory.expanduser().absolute()
+
     @model_validator(mode="after")
     def _recording_needs_directory(self) -> RecordsSettings:
         if self.recording and self.directory is None:
