@@ -243,6 +243,11 @@ class ObservabilitySettings(_Section):
         description="Export OpenTelemetry traces (a span per call, per turn and per stage); "
         "needs the tracing extra: pip install 'voice-agent[tracing]'.",
     )
+    log_transcripts: bool = Field(
+        default=False,
+        description="Debugging only: let log lines quote what callers and the bot said "
+        "(Pipecat's debug lines, e.g. 'Generating TTS [...]'). Off: no transcript text in logs.",
+    )
     otlp_endpoint: str | None = Field(
         default=None,
         description="OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (/v1/traces is added); "
@@ -255,6 +260,36 @@ class ObservabilitySettings(_Section):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (OTLP over HTTP)")
         return url
+
+
+class RecordsSettings(_Section):
+    """Call records: one JSON line per ended call, and optionally a WAV of both sides."""
+
+    directory: Path | None = Field(
+        default=None,
+        description="Where calls-YYYY-MM-DD.jsonl files (and recordings/) go; unset: no "
+        "records on disk (GET /calls/{id} still shows the last calls).",
+    )
+    recording: bool = Field(
+        default=False,
+        description="Also record each call, caller left and bot right, as "
+        "<directory>/recordings/YYYY-MM-DD/<call id>.wav. Mind consent (README).",
+    )
+
+    @field_validator("directory")
+    @classmethod
+    def _absolute(cls, directory: Path | None) -> Path | None:
+        """Relative to where the server starts; kept absolute so records name their WAVs."""
+        return None if directory is None else directory.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _recording_needs_directory(self) -> RecordsSettings:
+        if self.recording and self.directory is None:
+            raise ValueError(
+                "records.recording needs records.directory (set "
+                "VOICE_AGENT_RECORDS__DIRECTORY to where recordings may go)"
+            )
+        return self
 
 
 class Settings(BaseSettings):
@@ -274,6 +309,7 @@ class Settings(BaseSettings):
     twilio: TwilioSettings = TwilioSettings()
     telnyx: TelnyxSettings = TelnyxSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    records: RecordsSettings = RecordsSettings()
 
     @model_validator(mode="after")
     def _sagemaker_needs_endpoint(self) -> Settings:

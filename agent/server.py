@@ -6,8 +6,11 @@ transports. Routes:
 - ``GET /healthz`` the process is up (with call counts); ``GET /readyz`` STT, LLM and TTS are
   reachable (200, or 503 naming what is down; 503 ``draining`` or ``full`` at
   ``server.max_calls``, so a load balancer sends new calls elsewhere); ``GET /calls`` call counts.
-- ``GET /calls/{id}`` one call with its transcript, running or recently ended (Bearer
-  ``server.api_token``; off without one).
+- ``GET /calls/{id}`` one call's record (turns, latency stages, why it ended), running or
+  among the last 50 ended (Bearer ``server.api_token``; off without one). With
+  ``records.directory`` set, every ended call's record is also appended to that day's JSON
+  Lines file (:mod:`agent.observability.record_sink`), and with ``records.recording`` each
+  call is recorded as a WAV (:mod:`agent.observability.call_recording`).
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
   (see :mod:`agent.observability`); every call's pipeline gets a turn-latency observer.
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
@@ -19,7 +22,8 @@ transports. Routes:
 
 It is the only composer: it builds each call's worker from the pipeline factory
 (``pipelines.voice_agent`` unless a test passes another) and attaches every observer there,
-inline (:mod:`agent.fastpath`): the call's transcript, its turn latency, its idle watch.
+inline (:mod:`agent.fastpath`): its turn latency, its record, its idle watch (and its
+recorder).
 
 Draining (``voice-agent serve`` on SIGTERM: :meth:`CallRegistry.drain`): ``/readyz`` answers
 503 at once, new calls are refused, calls in progress go on for up to
@@ -39,6 +43,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
@@ -48,10 +53,12 @@ from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.llm.clients import close_shared_clients
+from agent.observability.call_record import CallRecordObserver
+from agent.observability.call_recording import CallRecordings
 from agent.observability.client_latency import TurnLatencyToClient
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
+from agent.observability.record_sink import RecordSink
 from agent.observability.tracing import Tracing, setup_tracing
-from agent.observability.transcript import CallTranscriptObserver
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
 from agent.transports.telephony import TelephonyCalls
@@ -75,8 +82,24 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     registry = CallRegistry(max_calls=settings.server.max_calls)
     metrics = AgentMetrics(calls=registry)
     tracing = setup_tracing(settings.observability)
+    records = settings.records
+    sink = None
+    if records.directory is not None:
+        sink = RecordSink(
+            records.directory, on_error=lambda: metrics.count_error("call_record", "disk")
+        )
+        registry.when_ended(sink.write)
+    recordings = (
+        CallRecordings(records.directory)
+        if records.recording and records.directory is not None
+        else None
+    )
     factory = ObservedCalls(
-        pipeline or build_voice_agent_task, settings=settings, metrics=metrics, tracing=tracing
+        pipeline or build_voice_agent_task,
+        settings=settings,
+        metrics=metrics,
+        tracing=tracing,
+        recordings=recordings,
     )
     webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
     telephony = TelephonyCalls(
@@ -92,6 +115,10 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
             yield
         finally:
             await registry.shutdown()
+            if recordings is not None:
+                await recordings.close()
+            if sink is not None:
+                await sink.close()
             await webrtc.close()
             await close_shared_clients()
             if tracing is not None:
@@ -166,8 +193,9 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
 
 class ObservedCalls:
     """The transports' :class:`~agent.worker.CallTaskFactory`: the call's pipeline with every
-    observer attached, inline: transcript, turn latency (metrics, log line, trace, and an RTVI
-    message to a client that speaks RTVI), idle watch."""
+    observer attached, inline: turn latency (metrics, log line, trace, and an RTVI message to
+    a client that speaks RTVI), the call's record, idle watch, and the recorder when
+    recording is on."""
 
     def __init__(
         self,
@@ -176,11 +204,13 @@ class ObservedCalls:
         settings: Settings,
         metrics: AgentMetrics,
         tracing: Tracing | None,
+        recordings: CallRecordings | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._settings = settings
         self._metrics = metrics
         self._tracing = tracing
+        self._recordings = recordings
 
     def __call__(self, transport: BaseTransport, call: Call) -> PipelineWorker:
         worker = self._pipeline(transport, self._settings, call_id=call.id)
@@ -191,5 +221,9 @@ class ObservedCalls:
             trace=self._tracing.call(call.id) if self._tracing else None,
             on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
-        observe_inline(worker, [CallTranscriptObserver(call), latency, IdleCallWatch(worker)])
+        idle = IdleCallWatch(worker, on_timeout=lambda: call.end_because("idle"))
+        observers: list[BaseObserver] = [latency, CallRecordObserver(call, latency=latency), idle]
+        if self._recordings is not None:
+            observers.append(self._recordings.recorder(call))
+        observe_inline(worker, observers)
         return worker

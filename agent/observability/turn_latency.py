@@ -159,6 +159,11 @@ class TurnLatencyObserver(BaseObserver):
         self.closed_turns: list[TurnTimings] = []
         """The last few closed turns, newest last (kept short: for inspection and tests)."""
 
+    @property
+    def current_turn(self) -> TurnTimings | None:
+        """The turn being timed now (the call record reads its stages)."""
+        return self._turn
+
     # ------------------------------------------------------------------ observer events
 
     async def on_push_frame(self, data: FramePushed) -> None:

@@ -233,6 +233,7 @@ class TwilioProvider:
             stream_id=stream_sid,
             call_id=call_sid,
             parameters={str(k): str(v) for k, v in custom.items()},
+            attributes={"call_sid": call_sid, "stream_sid": stream_sid},
         )
 
     def authorize(self, start: StreamStart) -> bool:
@@ -373,6 +374,7 @@ class TelephonyCalls:
 
         def on_stop() -> None:
             logger.info(f"call {call.id}: {provider.name} sent stop")
+            call.end_because("caller hung up")  # unless a transfer said otherwise first
             if task_holder and not stop_tasks:
                 stop_tasks.append(asyncio.create_task(task_holder[0].cancel(reason="stream stop")))
 
@@ -396,6 +398,7 @@ class TelephonyCalls:
         @transport.event_handler("on_client_disconnected")
         async def _hung_up(_transport: Any, _ws: Any) -> None:
             logger.info(f"call {call.id}: media stream closed by the caller")
+            call.end_because("connection lost")  # closed without a 'stop'
             await task.cancel(reason="caller hung up")
 
         try:

@@ -14,6 +14,7 @@ import pytest
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
+from agent.calls import CallTurn
 from agent.config import Settings, load_settings
 from agent.server import PLAYGROUND_DIR, create_app
 from tests.agent.transports.stack import running_server
@@ -190,8 +191,7 @@ async def test_a_calls_transcript_is_served_to_the_operator_only() -> None:
     app = create_app(settings, pipeline=_never_called)
     registry = app.state.registry
     ended, running = registry.reserve("twilio"), registry.reserve("webrtc")
-    ended.user_transcript.append("what time is it")
-    ended.bot_transcript.append("It is noon.")
+    ended.turns.append(CallTurn(index=1, user=["what time is it"], bot=["It is noon."]))
     ended.release()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         stranger = await http.get(f"/calls/{ended.id}", headers={"Authorization": "Bearer no"})
