@@ -1,0 +1,128 @@
+"""Transfer to a person: a caller asks for one, the model calls ``transfer_call``, the agent says
+its line and Twilio (the stand-in) is asked to ``<Dial>`` the person; the media stream ends as
+Twilio ends it, and the call says where it went."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from tests.agent.transports.phone_stack import (
+    TRANSFER_TO,
+    last_user_text,
+    phone_agent,
+    tool_results,
+)
+from tests.agent.transports.stack import async_wait_for, server_tasks
+from tests.conftest import requires_espeak
+from tests.fakes.chat_server import ToolCall
+from tests.fakes.twilio_caller import ulaw_speech
+from tests.fakes.twilio_rest import ACCOUNT_SID, TwilioStandIn
+
+pytestmark = [requires_espeak, pytest.mark.timeout(120)]
+
+DIAL = (
+    '<?xml version="1.0" encoding="UTF-8"?><Response><Dial>'
+    f"<Number>{TRANSFER_TO}</Number></Dial></Response>"
+)
+
+
+def transfers_to(destination: str):  # type: ignore[no-untyped-def]
+    """A model that transfers whoever mentions a person, and reads tool results back."""
+
+    def script(messages: list[dict[str, Any]]) -> str | ToolCall:
+        results = tool_results(messages)
+        if results and messages[-1].get("role") == "tool":
+            return f"The transfer tool said: {results[-1]}"
+        if "person" in last_user_text(messages).lower():
+            return ToolCall("transfer_call", {"destination": destination})
+        return "How can I help?"
+
+    return script
+
+
+async def test_a_caller_who_asks_for_a_person_is_transferred(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, transfers_to(TRANSFER_TO)) as (
+            url,
+            app,
+            chat,
+        ):
+            registry = app.state.registry
+            caller = await twilio.inbound_call(url + "/telephony/twilio")
+            await caller.silence(0.3)
+            await caller.speak(ulaw_speech("i would like to speak to a person please"))
+            async with caller.quiet():
+                await asyncio.wait_for(caller.closed.wait(), 40)
+
+            update = twilio.last()
+            assert update.path == f"/2010-04-01/Accounts/{ACCOUNT_SID}/Calls/{caller.call_sid}.json"
+            assert update.form == {"Twiml": DIAL} and update.authorized
+            assert caller.transferred_to == TRANSFER_TO
+            assert caller.ws.close_code == 1000  # Twilio closed it, after its stop
+            assert caller.loud_at, "the announcement was played before the hand-over"
+
+            await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="end")
+            (call,) = registry.recent()
+            assert call.end_reason == f"transferred to {TRANSFER_TO}"
+            assert call.attributes["call_sid"] == caller.call_sid
+            assert "Please hold while I transfer you." in " ".join(call.bot_transcript)
+            advertised = [t["function"]["name"] for t in chat.requests[0]["tools"]]
+            assert "transfer_call" in advertised
+            assert server_tasks(app) == []
+
+
+async def test_a_destination_off_the_list_is_refused_to_the_model(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, transfers_to("+19990000")) as (
+            url,
+            app,
+            chat,
+        ):
+            caller = await twilio.inbound_call(url + "/telephony/twilio")
+            await caller.silence(0.3)
+            await caller.speak(ulaw_speech("i would like to speak to a person please"))
+            async with caller.quiet():
+                await async_wait_for(
+                    lambda: any(tool_results(r["messages"]) for r in chat.requests),
+                    timeout_s=30,
+                    what="the tool's answer to reach the model",
+                )
+                await async_wait_for(
+                    lambda: (
+                        "not an allowed" in " ".join(app.state.registry.calls()[0].bot_transcript)
+                    ),
+                    timeout_s=20,
+                    what="the model to say why",
+                )
+            (result,) = [t for r in chat.requests for t in tool_results(r["messages"])][:1]
+            assert "+19990000 is not an allowed transfer destination" in result
+            assert TRANSFER_TO in result  # the model learns where it may transfer
+            assert [r.method for r in twilio.requests] == []  # Twilio was never asked
+            assert not caller.closed.is_set()
+            await caller.stop()
+            await asyncio.wait_for(caller.closed.wait(), 10)
+
+
+async def test_without_twilio_credentials_the_tool_is_not_offered(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(
+            asr_server_url, asr_model_name, twilio, lambda _m: "Hello.", credentials=False
+        ) as (url, _app, chat):
+            caller = await twilio.inbound_call(url + "/telephony/twilio")
+            await caller.silence(0.3)
+            await caller.speak(ulaw_speech("i would like to speak to a person please"))
+            async with caller.quiet():
+                await async_wait_for(lambda: chat.requests, timeout_s=30, what="a model turn")
+            offered = [t["function"]["name"] for t in chat.requests[0].get("tools", [])]
+            assert "transfer_call" not in offered and "send_dtmf" in offered
+            await caller.stop()
+            await asyncio.wait_for(caller.closed.wait(), 10)
