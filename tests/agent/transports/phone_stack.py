@@ -31,10 +31,10 @@ def phone_agent(
     *,
     max_calls: int = 2,
     credentials: bool = True,
-    **overrides: Any,
+    overrides: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[tuple[str, FastAPI, ChatServer]]:
     """The server, its app and its chat model; ``credentials=False`` leaves out Twilio's
-    account SID (no REST API)."""
+    account SID (no REST API); ``overrides``: ``{section: {key: value}}`` on top."""
     with SpeechServer(voice="espeak") as tts, ChatServer(script=script) as chat:
         settings = stack_settings(
             asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls
@@ -51,7 +51,7 @@ def phone_agent(
         settings.transfer.announcement = "Please hold while I transfer you."
         settings.dtmf.send_tool = True
         settings.dtmf.timeout_s = 0.5
-        for section, values in overrides.items():
+        for section, values in (overrides or {}).items():
             for key, value in values.items():
                 setattr(getattr(settings, section), key, value)
         with running_server(settings) as (url, app):
