@@ -26,7 +26,8 @@ Calls, as Twilio runs them (twilio.com/docs/voice/twiml/stream, /dial, /number, 
   was asked for), or its ``Twiml`` is run, and a ``<Connect><Stream>`` opens the media stream.
 - An update whose TwiML holds ``<Dial>`` ends the media stream as Twilio does (``stop``, then
   close) and records the ``<Number>``/``<Sip>`` as where the call went
-  (:meth:`~tests.fakes.twilio_caller.TwilioCaller.hand_over`).
+  (:meth:`~tests.fakes.twilio_caller.TwilioCaller.hand_over`); a noun's ``url`` (the whisper)
+  is requested, signed, as when the person answers, and its TwiML kept in ``whispers``.
 
 It runs on the test's own event loop (``async with TwilioStandIn() as twilio``), so a test
 drives the callers it opened directly.
@@ -81,6 +82,7 @@ class StandInCall:
     stream: TwilioCaller | None = None
     streamed: asyncio.Event = field(default_factory=asyncio.Event)
     dialed: list[str] = field(default_factory=list)
+    whispers: list[str] = field(default_factory=list)
 
     def resource(self, account_sid: str) -> dict[str, Any]:
         now = formatdate(usegmt=True).replace("GMT", "+0000")
@@ -269,8 +271,13 @@ class TwilioStandIn:
             call.streamed.set()
         dial = root.find("./Dial")
         if dial is not None:
-            targets = [n.text or "" for n in dial if n.tag in ("Number", "Sip")]
-            call.dialed.extend(targets or [dial.text or ""])
+            nouns = [n for n in dial if n.tag in ("Number", "Sip")]
+            call.dialed.extend([n.text or "" for n in nouns] or [dial.text or ""])
+            for noun in nouns:
+                if "url" in noun.attrib:
+                    call.whispers.append(
+                        await self._request_twiml(noun.attrib["url"], call, status="in-progress")
+                    )
             if call.stream is not None:  # the new TwiML replaces the stream
                 await call.stream.hand_over(call.dialed[-1])
 

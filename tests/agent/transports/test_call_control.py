@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.agent.transports.phone_stack import (
+    DESK,
     TRANSFER_TO,
     last_user_text,
     phone_agent,
@@ -126,3 +128,47 @@ async def test_without_twilio_credentials_the_tool_is_not_offered(
             assert "transfer_call" not in offered and "send_dtmf" in offered
             await caller.stop()
             await asyncio.wait_for(caller.closed.wait(), 10)
+
+
+async def test_a_transfer_to_a_sip_desk_whispers_to_the_person_who_answers(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    whisper = "A caller from the voice agent, about billing."
+    async with TwilioStandIn() as twilio:
+        with phone_agent(
+            asr_server_url,
+            asr_model_name,
+            twilio,
+            transfers_to(DESK),
+            overrides={"transfer": {"whisper": whisper}},
+        ) as (url, _app, _chat):
+            caller = await twilio.inbound_call(url + "/telephony/twilio")
+            await caller.silence(0.3)
+            await caller.speak(ulaw_speech("i would like to speak to a person please"))
+            async with caller.quiet():
+                await asyncio.wait_for(caller.closed.wait(), 40)
+            assert twilio.last().form == {
+                "Twiml": '<?xml version="1.0" encoding="UTF-8"?><Response><Dial>'
+                f'<Sip url="{url}/telephony/twilio/whisper">{DESK}</Sip></Dial></Response>'
+            }
+            assert caller.transferred_to == DESK
+            (said,) = twilio.calls[caller.call_sid].whispers  # fetched, signed, as Twilio does
+            assert f"<Say>{whisper}</Say>" in said
+
+
+async def test_the_whisper_is_served_only_to_twilio(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(
+            asr_server_url,
+            asr_model_name,
+            twilio,
+            transfers_to(DESK),
+            overrides={"transfer": {"whisper": "hello"}},
+        ) as (url, _app, _chat):
+            async with httpx.AsyncClient() as http:
+                response = await http.post(
+                    f"{url}/telephony/twilio/whisper", data={"CallSid": "CA1"}
+                )
+            assert response.status_code == 403 and "<Say>" not in response.text
