@@ -127,6 +127,7 @@ class TwilioCaller:
         self.audio = bytearray()
         """Every μ-law byte the server sent (when ``keep_events``), e.g. to hear key tones."""
         self.transferred_to: str | None = None
+        self.media_bytes_at_hand_over = 0
         self.closed = asyncio.Event()
         self._sequence = 0
         self._chunk = 0
@@ -247,6 +248,7 @@ class TwilioCaller:
         """What Twilio does to the stream when the call is updated with ``<Dial>``: ``stop``,
         then close (1000). The caller is now talking to ``destination``."""
         self.transferred_to = destination
+        self.media_bytes_at_hand_over = self.media_bytes
         with contextlib.suppress(websockets.ConnectionClosed):
             await self.stop()
             await self.ws.close(1000)

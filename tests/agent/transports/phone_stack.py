@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from loguru import logger
 
 from tests.agent.transports.stack import running_server, stack_settings
 from tests.fakes.chat_server import ChatServer, Script
@@ -66,3 +67,14 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
 
 def tool_results(messages: list[dict[str, Any]]) -> list[str]:
     return [str(m.get("content", "")) for m in messages if m.get("role") == "tool"]
+
+
+@contextmanager
+def errors_logged() -> Iterator[list[str]]:
+    """Every ERROR (or worse) the server logs inside the block."""
+    errors: list[str] = []
+    sink = logger.add(lambda message: errors.append(str(message)), level="ERROR")
+    try:
+        yield errors
+    finally:
+        logger.remove(sink)

@@ -5,6 +5,7 @@ Twilio ends it, and the call says where it went."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from tests.agent.transports.phone_stack import (
     DESK,
     TRANSFER_TO,
+    errors_logged,
     last_user_text,
     phone_agent,
     tool_results,
@@ -20,6 +22,7 @@ from tests.agent.transports.phone_stack import (
 from tests.agent.transports.stack import async_wait_for, server_tasks
 from tests.conftest import requires_espeak
 from tests.fakes.chat_server import ToolCall
+from tests.fakes.speech_server import ESPEAK_RATE
 from tests.fakes.twilio_caller import ulaw_speech
 from tests.fakes.twilio_rest import ACCOUNT_SID, TwilioStandIn
 
@@ -29,6 +32,14 @@ DIAL = (
     '<?xml version="1.0" encoding="UTF-8"?><Response><Dial>'
     f"<Number>{TRANSFER_TO}</Number></Dial></Response>"
 )
+
+
+def spoken_seconds(text: str) -> float:
+    """How long the test's speech server (espeak-ng at 170 words a minute) speaks ``text``."""
+    wav = subprocess.run(
+        ["espeak-ng", "-s", "170", "--stdout", text], check=True, capture_output=True
+    ).stdout
+    return (len(wav) - 44) / 2 / ESPEAK_RATE
 
 
 def transfers_to(destination: str):  # type: ignore[no-untyped-def]
@@ -55,18 +66,23 @@ async def test_a_caller_who_asks_for_a_person_is_transferred(
             chat,
         ):
             registry = app.state.registry
-            caller = await twilio.inbound_call(url + "/telephony/twilio")
-            await caller.silence(0.3)
-            await caller.speak(ulaw_speech("i would like to speak to a person please"))
-            async with caller.quiet():
-                await asyncio.wait_for(caller.closed.wait(), 40)
+            with errors_logged() as errors:
+                caller = await twilio.inbound_call(url + "/telephony/twilio")
+                await caller.silence(0.3)
+                await caller.speak(ulaw_speech("i would like to speak to a person please"))
+                async with caller.quiet():
+                    await asyncio.wait_for(caller.closed.wait(), 40)
+                await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="end")
+            assert errors == []  # a transfer is a normal end
 
             update = twilio.last()
             assert update.path == f"/2010-04-01/Accounts/{ACCOUNT_SID}/Calls/{caller.call_sid}.json"
             assert update.form == {"Twiml": DIAL} and update.authorized
             assert caller.transferred_to == TRANSFER_TO
             assert caller.ws.close_code == 1000  # Twilio closed it, after its stop
-            assert caller.loud_at, "the announcement was played before the hand-over"
+            # The whole announcement went down the line before Twilio was asked to hand over.
+            announcement_s = spoken_seconds("Please hold while I transfer you.")
+            assert caller.media_bytes_at_hand_over >= 0.9 * announcement_s * 8000
 
             await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="end")
             (call,) = registry.recent()
