@@ -11,6 +11,14 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.calls import CallRegistry
+from agent.transports.call_control import (
+    TransferCallFrame,
+    TransferFailed,
+    TwilioCallControl,
+    carry_out,
+)
+from agent.transports.twilio_rest import TwilioREST
 from tests.agent.transports.phone_stack import (
     DESK,
     TRANSFER_TO,
@@ -23,7 +31,7 @@ from tests.agent.transports.stack import async_wait_for, server_tasks
 from tests.conftest import requires_espeak
 from tests.fakes.chat_server import ToolCall
 from tests.fakes.speech_server import ESPEAK_RATE
-from tests.fakes.twilio_caller import ulaw_speech
+from tests.fakes.twilio_caller import TOKEN, ulaw_speech
 from tests.fakes.twilio_rest import ACCOUNT_SID, TwilioStandIn
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
@@ -188,3 +196,17 @@ async def test_the_whisper_is_served_only_to_twilio(
                     f"{url}/telephony/twilio/whisper", data={"CallSid": "CA1"}
                 )
             assert response.status_code == 403 and "<Say>" not in response.text
+
+
+async def test_a_transfer_twilio_refuses_raises_and_takes_its_end_reason_back() -> None:
+    async with TwilioStandIn() as twilio:
+        call = CallRegistry(max_calls=1).reserve("twilio")
+        rest = TwilioREST(account_sid=ACCOUNT_SID, auth_token=TOKEN, base_url=twilio.url)
+        control = TwilioCallControl(rest, call=call, call_sid="CA" + "f" * 32)  # not a live call
+        with pytest.raises(TransferFailed, match="404"):
+            await control.transfer(TRANSFER_TO)
+        assert call.end_reason is None  # the call goes on; it was not transferred
+        frame = TransferCallFrame(destination=TRANSFER_TO)
+        await carry_out(frame, None)  # a call without call control
+        with pytest.raises(TransferFailed, match="cannot be transferred"):
+            await frame.outcome
