@@ -17,6 +17,7 @@ and IVRs detect them.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 
@@ -59,7 +60,9 @@ def transfer_call_tool(*, destinations: Sequence[str], announcement: str) -> Fun
         await params.llm.push_frame(speak)
         await params.llm.push_frame(handover)
         try:
-            await handover.outcome
+            # Shielded: a cancelled tool call (the caller talked over the announcement) must
+            # not cancel the outcome, or the hand-over would think nobody wants it.
+            await asyncio.shield(handover.outcome)
         except TransferFailed as exc:
             await params.result_callback(
                 {"error": f"the transfer to {destination} failed ({exc}); tell the caller"}

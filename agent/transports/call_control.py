@@ -68,19 +68,25 @@ class CallControlOutputTransport(FastAPIWebsocketOutputTransport):
 
 
 async def carry_out(frame: TransferCallFrame, control: CallControl | None) -> None:
-    """Ask ``control`` for the transfer and settle ``frame.outcome`` (never raises)."""
+    """Ask ``control`` for the transfer and settle ``frame.outcome`` (never raises).
+
+    The transfer goes ahead even when nobody waits for the outcome any more (the tool's call
+    was cancelled because the caller talked over the announcement)."""
+    error: TransferFailed | None = None
+    if control is None:
+        error = TransferFailed("this call cannot be transferred")
+    else:
+        try:
+            await control.transfer(frame.destination)
+        except TransferFailed as exc:
+            error = exc
+        except Exception as exc:  # a bug must not end the call: the model hears it failed
+            logger.exception("transfer failed")
+            error = TransferFailed(f"{type(exc).__name__}: {exc}")
     if frame.outcome.done():
         return
-    if control is None:
-        frame.outcome.set_exception(TransferFailed("this call cannot be transferred"))
-        return
-    try:
-        await control.transfer(frame.destination)
-    except TransferFailed as exc:
-        frame.outcome.set_exception(exc)
-    except Exception as exc:  # a bug must not end the call: the model hears it failed
-        logger.exception("transfer failed")
-        frame.outcome.set_exception(TransferFailed(f"{type(exc).__name__}: {exc}"))
+    if error is not None:
+        frame.outcome.set_exception(error)
     else:
         frame.outcome.set_result(None)
 

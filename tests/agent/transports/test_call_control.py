@@ -210,3 +210,30 @@ async def test_a_transfer_twilio_refuses_raises_and_takes_its_end_reason_back() 
         await carry_out(frame, None)  # a call without call control
         with pytest.raises(TransferFailed, match="cannot be transferred"):
             await frame.outcome
+
+
+async def test_talking_over_the_announcement_does_not_stop_the_transfer(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, transfers_to(TRANSFER_TO)) as (
+            url,
+            app,
+            _chat,
+        ):
+            caller = await twilio.inbound_call(url + "/telephony/twilio")
+            await caller.silence(0.3)
+            await caller.speak(ulaw_speech("i would like to speak to a person please"))
+            async with caller.quiet():
+                await async_wait_for(lambda: bool(caller.loud_at), timeout_s=30, what="the line")
+            talking = asyncio.create_task(caller.speak(ulaw_speech("hello are you still there")))
+            await asyncio.wait_for(caller.closed.wait(), 30)
+            talking.cancel()
+            await asyncio.gather(talking, return_exceptions=True)
+            assert caller.transferred_to == TRANSFER_TO
+            announcement_s = spoken_seconds("Please hold while I transfer you.")
+            assert caller.media_bytes_at_hand_over >= 0.9 * announcement_s * 8000
+            await async_wait_for(
+                lambda: app.state.registry.stats.active == 0, timeout_s=10, what="end"
+            )
+            assert app.state.registry.recent()[0].end_reason == f"transferred to {TRANSFER_TO}"
