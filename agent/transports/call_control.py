@@ -105,8 +105,12 @@ class TwilioCallControl:
         self._call = call
         self._call_sid = call_sid
         self._whisper_url = whisper_url
+        self._transferring: str | None = None
 
     async def transfer(self, destination: str) -> None:
+        if self._transferring is not None:  # a model that asks twice: the call is on its way
+            raise TransferFailed(f"the call is already being transferred to {self._transferring}")
+        self._transferring = destination
         # Twilio may stop the stream (and so cancel this pipeline) before its answer reaches
         # us: the reason is given first, the request runs to its end whatever happens here,
         # and a refused transfer takes the reason back.
@@ -121,6 +125,7 @@ class TwilioCallControl:
         try:
             await asyncio.shield(update)
         except TwilioRESTError as exc:
+            self._transferring = None
             raise TransferFailed(str(exc)) from exc
         logger.info(f"call {self._call.id}: {reason}")
 

@@ -211,6 +211,14 @@ class TwilioStandIn:
             raise AssertionError(f"the webhook answered no <Connect><Stream>: {twiml}")
         return call.stream
 
+    def call_in_progress(self, *, from_: str = "+15550001", to: str = "+15550002") -> str:
+        """A live call Twilio knows, without a server on it; its SID."""
+        call = StandInCall(
+            sid=_sid("CA"), to=to, from_=from_, direction="inbound", status="in-progress"
+        )
+        self.calls[call.sid] = call
+        return call.sid
+
     async def stream_of(self, call_sid: str, *, timeout_s: float = 10.0) -> TwilioCaller:
         """The media stream of a call, once Twilio (this stand-in) opened it."""
         call = self.calls[call_sid]

@@ -198,7 +198,9 @@ async def test_the_whisper_is_served_only_to_twilio(
             assert response.status_code == 403 and "<Say>" not in response.text
 
 
-async def test_a_transfer_twilio_refuses_raises_and_takes_its_end_reason_back() -> None:
+async def test_a_refused_transfer_takes_its_end_reason_back_and_a_call_is_handed_over_once() -> (
+    None
+):
     async with TwilioStandIn() as twilio:
         call = CallRegistry(max_calls=1).reserve("twilio")
         rest = TwilioREST(account_sid=ACCOUNT_SID, auth_token=TOKEN, base_url=twilio.url)
@@ -206,6 +208,12 @@ async def test_a_transfer_twilio_refuses_raises_and_takes_its_end_reason_back() 
         with pytest.raises(TransferFailed, match="404"):
             await control.transfer(TRANSFER_TO)
         assert call.end_reason is None  # the call goes on; it was not transferred
+        live = twilio.call_in_progress()
+        control = TwilioCallControl(rest, call=call, call_sid=live)
+        await control.transfer(TRANSFER_TO)
+        with pytest.raises(TransferFailed, match="already being transferred"):
+            await control.transfer(DESK)
+        assert [r.form["Twiml"].count("<Dial>") for r in twilio.requests[1:]] == [1]
         frame = TransferCallFrame(destination=TRANSFER_TO)
         await carry_out(frame, None)  # a call without call control
         with pytest.raises(TransferFailed, match="cannot be transferred"):
