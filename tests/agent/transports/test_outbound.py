@@ -166,3 +166,18 @@ async def test_twilio_refusing_the_call_gives_the_slot_back(
             )
             assert app.state.registry.stats.active == 0
             assert app.state.registry.recent()[0].end_reason == "carrier refused the call"
+
+
+async def test_without_twilio_credentials_outbound_calls_say_what_to_set(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn() as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, greeter, credentials=False) as (
+            url,
+            app,
+            _chat,
+        ):
+            response = await call_out(url, {"to": CALLEE})
+            assert response.status_code == 400
+            assert "twilio.account_sid" in response.json()["detail"]
+            assert twilio.requests == [] and app.state.registry.stats.started == 0
