@@ -479,8 +479,6 @@ class TelephonyCalls:
         logger.info(
             f"call {call.id}: {provider.name} call {start.call_id} stream {start.stream_id}"
         )
-        call.attributes.setdefault("call_sid", start.call_id)
-        call.attributes.setdefault("stream_sid", start.stream_id)
         control = (
             provider.call_control(call, start, base_url=http_base_url(websocket, self._settings))
             if isinstance(provider, ControlsCalls)
