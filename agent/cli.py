@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "captions": ("pipelines.captions", "live captions in the browser (Gradio)"),
     "deploy": ("agent.deploy", "deploy or delete the Voxtral SageMaker endpoint"),
     "drain": ("agent.drain", "drain a running server and wait until its calls end (preStop)"),
+    "call": ("agent.call", "place an outbound phone call through the running server"),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -182,13 +183,98 @@ class ServerSettings(_Section):
     )
     api_token: str | None = Field(
         default=None,
-        description="Bearer token for the operator API (GET /calls/{id}: a call's transcript); "
-        "unset, the operator API is off.",
+        description="Bearer token for the operator API (GET /calls/{id}: a call's transcript; "
+        "POST /calls/outbound); unset, the operator API is off.",
     )
 
 
 class TwilioSettings(_Section):
+    """Twilio: the webhook's signature check, and the REST API for transfer and outbound calls."""
+
     auth_token: str | None = None
+    account_sid: str | None = Field(
+        default=None,
+        description="With auth_token, turns on Twilio's REST API: call transfer and outbound "
+        "calls (AC…, from the Twilio console).",
+    )
+    api_base_url: str = Field(
+        default="https://api.twilio.com",
+        description="Twilio's REST API (a test points it at a local stand-in).",
+    )
+    from_number: str | None = Field(
+        default=None, description="Caller ID for outbound calls when none is given (E.164)."
+    )
+    machine_detection: Literal["Enable", "DetectMessageEnd", "none"] = Field(
+        default="Enable",
+        description="Answering machine detection on outbound calls; the result reaches the "
+        "call as attributes['answered_by'].",
+    )
+    outbound_answer_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="An outbound call holds its slot this long for its media stream to arrive.",
+    )
+
+    @property
+    def rest_enabled(self) -> bool:
+        """Both credentials are set: the REST API can be used."""
+        return bool(self.account_sid and self.auth_token)
+
+
+class TransferSettings(_Section):
+    """The ``transfer_call`` tool: the model hands a phone call to a person (Twilio REST)."""
+
+    enabled: bool = False
+    destinations: list[str] = Field(
+        default_factory=lambda: [],
+        description='Where calls may go: E.164 numbers or SIP URIs, e.g. ["+15550100", '
+        '"sip:desk@pbx.example.com"]; anything else the model asks for is refused.',
+    )
+    announcement: str = Field(
+        default="Please hold while I transfer you to a colleague.",
+        description="What the agent says before handing the call over.",
+    )
+    whisper: str | None = Field(
+        default=None,
+        description="Said to the person who answers, before the caller is connected.",
+    )
+
+    @field_validator("destinations")
+    @classmethod
+    def _numbers_or_sip(cls, destinations: list[str]) -> list[str]:
+        for destination in destinations:
+            sip = destination.lower().startswith(("sip:", "sips:"))
+            if not sip and not re.fullmatch(r"\+[1-9][0-9]{6,14}", destination):
+                raise ValueError(
+                    f"{destination!r} is neither an E.164 number (+15550100) nor a SIP URI "
+                    "(sip:desk@pbx.example.com)"
+                )
+        return destinations
+
+    @model_validator(mode="after")
+    def _somewhere_to_go(self) -> TransferSettings:
+        if self.enabled and not self.destinations:
+            raise ValueError(
+                "transfer.enabled needs transfer.destinations (the numbers or SIP URIs the "
+                "model may transfer calls to)"
+            )
+        return self
+
+
+class DTMFSettings(_Section):
+    """Keypresses: the caller's reach the model as text; the model may send its own."""
+
+    enabled: bool = True
+    timeout_s: float = Field(
+        default=1.5,
+        gt=0,
+        le=10,
+        description="A sequence of keypresses ends after this much quiet (or at '#').",
+    )
+    send_tool: bool = Field(
+        default=False,
+        description="Offer the model the send_dtmf tool (to navigate another system's menu).",
+    )
 
 
 class TelnyxSettings(_Section):
@@ -308,6 +394,8 @@ class Settings(BaseSettings):
     turn: TurnSettings = TurnSettings()
     twilio: TwilioSettings = TwilioSettings()
     telnyx: TelnyxSettings = TelnyxSettings()
+    transfer: TransferSettings = TransferSettings()
+    dtmf: DTMFSettings = DTMFSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     records: RecordsSettings = RecordsSettings()
 

@@ -11,6 +11,8 @@ transports. Routes:
   ``records.directory`` set, every ended call's record is also appended to that day's JSON
   Lines file (:mod:`agent.observability.record_sink`), and with ``records.recording`` each
   call is recorded as a WAV (:mod:`agent.observability.call_recording`).
+- ``POST /calls/outbound`` ``{"to": "+1555…", "from": "+1555…"}`` places a phone call through
+  Twilio (same Bearer token; see :mod:`agent.transports.outbound`).
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
   (see :mod:`agent.observability`); every call's pipeline gets a turn-latency observer.
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
@@ -40,14 +42,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import Body, FastAPI, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from loguru import logger
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
-from agent.calls import Call, CallRegistry
+from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
@@ -61,8 +64,10 @@ from agent.observability.record_sink import RecordSink
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
-from agent.transports.telephony import TelephonyCalls
+from agent.transports.outbound import OutboundCalls, OutboundUnavailable
+from agent.transports.telephony import TelephonyCalls, http_base_url
 from agent.transports.traits import traits_of
+from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -102,12 +107,19 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         recordings=recordings,
     )
     webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
+    outbound = OutboundCalls(settings=settings, registry=registry)
     telephony = TelephonyCalls(
         settings=settings,
         registry=registry,
         task_factory=factory,
         count_bad_input=metrics.count_error,
+        reserved=outbound,
     )
+    if settings.transfer.enabled and not settings.twilio.rest_enabled:
+        logger.warning(
+            "transfer.enabled, but the transfer_call tool is not offered: it needs Twilio's "
+            "REST API (set twilio.account_sid and twilio.auth_token)"
+        )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -131,6 +143,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     app.state.webrtc = webrtc
     app.include_router(webrtc.router)
     app.include_router(telephony.router)
+    app.include_router(outbound.router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -164,6 +177,26 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         call = registry.find(call_id)
         if call is None:
             raise HTTPException(404, f"no running or recent call {call_id!r}")
+        return call.as_record()
+
+    @app.post("/calls/outbound", status_code=201)
+    async def call_out(
+        request: Request,
+        to: str = Body(embed=True),
+        from_: str | None = Body(default=None, embed=True, alias="from"),
+        authorization: str | None = Header(default=None),
+    ) -> dict[str, Any]:
+        _check_operator(settings, authorization)
+        try:
+            call = await outbound.place(
+                to=to, from_=from_, base_url=http_base_url(request, settings)
+            )
+        except OutboundUnavailable as exc:
+            raise HTTPException(400, str(exc)) from None
+        except CallLimitReached as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "5"}) from None
+        except TwilioRESTError as exc:
+            raise HTTPException(502, f"Twilio did not place the call: {exc}") from None
         return call.as_record()
 
     @app.get("/metrics", include_in_schema=False)

@@ -6,6 +6,7 @@
       → VADProcessor(shared Silero)       VADUserStarted/StoppedSpeakingFrame; one batched model
                                           (a phone transport runs it inside its input instead)
       → Voxtral realtime STT              interim transcripts, one final per user turn
+      → keypresses (phone calls)          "The caller pressed 1." as a transcript; barge-in
       → user context aggregator           turn taking; barge-in interrupts the bot
       → LLM turn handler                  OpenAI-compatible chat, or the offline responder
       → TTS                               Piper (out of process) or OpenAI-compatible speech
@@ -63,8 +64,15 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.transcript_turn_stop import TranscriptAwareUserTurnStopStrategy
-from agent.transports.traits import HostsVAD, traits_of
-from pipelines.services import llm_conversation, llm_service, stt_service, tts_service
+from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
+from pipelines.services import (
+    call_tools,
+    keypress_aggregator,
+    llm_conversation,
+    llm_service,
+    stt_service,
+    tts_service,
+)
 
 
 def build_voice_agent_task(
@@ -82,8 +90,11 @@ def build_voice_agent_task(
     turn = settings.turn
     traits = traits_of(transport)
     tracing = settings.observability.otel_enabled
+    phone = transport if isinstance(transport, CarriesPhoneCall) else None
+    tools = call_tools(settings.transfer, settings.dtmf, phone.call_control) if phone else []
+    keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
     user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
-        llm_conversation(settings.llm),
+        llm_conversation(settings.llm, tools),
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
     )
     vad = SharedSileroVADAnalyzer(
@@ -99,6 +110,7 @@ def build_voice_agent_task(
         transport_input,
         *vad_stages,
         stt_service(settings.stt, audio_passthrough=turn.smart_turn),
+        *keypresses,
         user_aggregator,
         llm_service(settings.llm),
         tts_service(settings.tts),

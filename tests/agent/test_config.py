@@ -138,3 +138,14 @@ def test_call_records_are_off_unless_a_directory_is_set_and_recording_needs_one(
         load_settings("default")
     monkeypatch.setenv("VOICE_AGENT_RECORDS__DIRECTORY", str(tmp_path))
     assert load_settings("default").records.directory == tmp_path
+
+
+def test_a_transfer_needs_destinations_that_are_numbers_or_sip_uris() -> None:
+    with pytest.raises(ConfigError, match=r"transfer\.destinations"):
+        load_settings(overrides={"transfer": {"enabled": True}})
+    with pytest.raises(ConfigError, match=r"'555-0100' is neither an E\.164 number"):
+        load_settings(overrides={"transfer": {"destinations": ["555-0100"]}})
+    settings = load_settings(
+        overrides={"transfer": {"enabled": True, "destinations": ["+15550100", "sip:a@b.c"]}}
+    )
+    assert not settings.twilio.rest_enabled  # and so the tool will not be offered
