@@ -46,6 +46,7 @@ from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.llm.clients import close_shared_clients
+from agent.observability.answer_outcomes import count_answer_outcomes
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.transcript import CallTranscriptObserver
@@ -184,4 +185,5 @@ class ObservedCalls:
             trace=self._tracing.call(call.id) if self._tracing else None,
         )
         observe_inline(worker, [CallTranscriptObserver(call), latency, IdleCallWatch(worker)])
+        count_answer_outcomes(worker, self._metrics)
         return worker

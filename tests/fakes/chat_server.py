@@ -4,7 +4,8 @@ It streams server-sent events exactly as the OpenAI API does: a role chunk, cont
 a ``finish_reason`` chunk, a usage chunk, ``data: [DONE]``. Asked with tools, it calls one
 (``get_current_time`` for Europe/Paris) in argument fragments, as models do; once the tool's
 result is in the conversation it answers quoting it. Otherwise it streams ``answer`` a word
-at a time. ``GET /v1/models`` answers as readiness probes expect.
+at a time (``{user}`` in it becomes the last user message), after ``first_token_delay_s`` (a
+model's time to first token). ``GET /v1/models`` answers as readiness probes expect.
 
     with ChatServer() as chat:              # tests: a thread serves it, requests are recorded
         settings.llm.base_url = chat.base_url
@@ -28,13 +29,22 @@ class ChatServer(RouterServer):
     """``POST /v1/chat/completions`` (streaming) and ``GET /v1/models``.
 
     Args:
-        answer: The text of every answer that is not about a tool.
+        answer: The text of every answer that is not about a tool; ``{user}`` stands for the
+            last user message.
         record: Keep every request body in ``requests`` and its headers in ``headers``
             (off for benches).
+        first_token_delay_s: How long each answer waits before its first chunk.
     """
 
-    def __init__(self, answer: str = "Hello from the chat server.", *, record: bool = True) -> None:
+    def __init__(
+        self,
+        answer: str = "Hello from the chat server.",
+        *,
+        record: bool = True,
+        first_token_delay_s: float = 0.0,
+    ) -> None:
         self.answer = answer
+        self.first_token_delay_s = first_token_delay_s
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._record = record
@@ -54,6 +64,8 @@ class ChatServer(RouterServer):
 
     def _stream(self, body: dict[str, Any]) -> Iterator[str]:
         model = str(body.get("model", ""))
+        if self.first_token_delay_s:
+            time.sleep(self.first_token_delay_s)  # a worker thread: Starlette iterates it there
         tool_results = [m for m in body.get("messages", []) if m.get("role") == "tool"]
         if tool_results:
             result = json.loads(tool_results[-1]["content"])
@@ -61,7 +73,9 @@ class ChatServer(RouterServer):
         elif body.get("tools"):
             yield from _tool_call(model)
         else:
-            yield from _text(model, self.answer)
+            users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+            last_user = str(users[-1].get("content", "")) if users else ""
+            yield from _text(model, self.answer.replace("{user}", last_user))
         yield "data: [DONE]\n\n"
 
 
