@@ -43,11 +43,16 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.turns.user_start import (
+    TranscriptionUserTurnStartStrategy,
+    VADUserTurnStartStrategy,
+)
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-from agent.config import Settings, TurnSettings
+from agent.config import Settings
 from agent.fastpath.tentative_answer import TentativeAnswerUserAggregator
 from agent.stt.protocol import TranscriptionDelta
-from pipelines.voice_agent import _turn_strategies
 from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
 from tests.conftest import requires_espeak
 from tests.fakes.chat_server import ChatServer
@@ -294,7 +299,13 @@ def final(text: str) -> TranscriptionFrame:
 
 
 def user_params() -> LLMUserAggregatorParams:
-    return LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(TurnSettings()))
+    """The turn strategies of a plain silence-ended turn, as in the pipeline."""
+    return LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(
+            start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
+            stop=[SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.0)],
+        )
+    )
 
 
 async def last_request(aggregator: LLMUserAggregator, frames: list[Frame]) -> list[str]:
