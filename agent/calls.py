@@ -6,6 +6,13 @@ the pipeline finishes, the client vanishes, the pipeline fails, or the server sh
 (:meth:`CallRegistry.shutdown` cancels every call and waits for it).
 
 Counters (active, started, ended, refused) are kept for health and metrics.
+
+Each call also carries what its record needs (:meth:`Call.as_record`, the schema the README's
+"Call records" section shows): its turns (filled by
+:mod:`agent.observability.call_record`), its carrier's ids and why it ended. Whoever ends a
+call says why (:meth:`Call.end_because`, first reason wins); the registry fills in the rest
+("error", "agent ended the call", "drain", "server shutdown") and tells its listeners
+(:meth:`CallRegistry.when_ended`: the JSON Lines writer) once a call has ended.
 """
 
 from __future__ import annotations
@@ -18,9 +25,12 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from loguru import logger
+
+RECORD_SCHEMA = 1
+"""The version of :meth:`Call.as_record`'s shape; raised when a field changes meaning."""
 
 
 class CallLimitReached(RuntimeError):
@@ -43,6 +53,51 @@ class CallStats:
     max_calls: int
 
 
+class StageTimings(Protocol):
+    """A turn's latency stages as :class:`agent.observability.turn_latency.TurnTimings` keeps
+    them, read when the record is shown (so a running call shows its stages as they come)."""
+
+    @property
+    def complete(self) -> bool: ...
+
+    def stages_ms(self) -> dict[str, int | None]: ...
+
+
+@dataclass(eq=False)
+class CallTurn:
+    """One user turn and the bot's answer to it, as the call record shows it.
+
+    Turn 0 holds what the bot said before the caller first spoke (a greeting)."""
+
+    index: int
+    started_at: float = field(default_factory=time.time)
+    user: list[str] = field(default_factory=list)
+    """The caller's final transcripts in this turn."""
+    bot: list[str] = field(default_factory=list)
+    """The bot's text as played to the caller (written to the connection in real time),
+    sentence by sentence; text generated but cut off by an interruption is not here."""
+    interrupted: bool = False
+    """The caller spoke over the answer before it had all played."""
+    timings: StageTimings | None = field(default=None, repr=False)
+
+    @property
+    def heard_or_said(self) -> bool:
+        """Words were recognized or played (a VAD false start has neither: not recorded)."""
+        return bool(self.user or self.bot or self.interrupted)
+
+    def as_record(self) -> dict[str, Any]:
+        latency = self.timings.stages_ms() if self.timings is not None else None
+        return {
+            "index": self.index,
+            "started_at": self.started_at,
+            "user": " ".join(self.user),
+            "bot": " ".join(self.bot),
+            "interrupted": self.interrupted,
+            "answered": bool(self.timings and self.timings.complete),
+            "latency_ms": latency,
+        }
+
+
 @dataclass(eq=False)
 class Call:
     """One reserved slot: a call that is being set up or is running."""
@@ -53,10 +108,12 @@ class Call:
     created_at: float = field(default_factory=time.monotonic)
     task: asyncio.Task[Any] | None = field(default=None, repr=False)
     released: bool = False
-    user_transcript: list[str] = field(default_factory=list)
-    """The caller's final transcripts (:mod:`agent.observability.transcript`)."""
-    bot_transcript: list[str] = field(default_factory=list)
-    """What the bot said, sentence by sentence."""
+    turns: list[CallTurn] = field(default_factory=list)
+    """The conversation, turn by turn (:mod:`agent.observability.call_record`)."""
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    """Errors the pipeline reported (processor, category, fatal, message), the first few."""
+    recording: str | None = None
+    """The path of the call's WAV recording, when recording is on."""
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     say_going_away: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
@@ -68,18 +125,35 @@ class Call:
     attributes: dict[str, str] = field(default_factory=dict)
     """Facts from the carrier or the transport: call and stream SIDs, answering-machine result."""
 
+    @property
+    def user_transcript(self) -> list[str]:
+        """Everything the caller said (final transcripts), in order."""
+        return [text for turn in self.turns for text in turn.user]
+
+    @property
+    def bot_transcript(self) -> list[str]:
+        """Everything the bot said that the caller heard, sentence by sentence."""
+        return [text for turn in self.turns for text in turn.bot]
+
     def as_record(self) -> dict[str, Any]:
-        """The call as the operator API shows it."""
+        """The call record: ``GET /calls/{id}`` and one line of the JSON Lines file."""
         return {
+            "schema": RECORD_SCHEMA,
             "id": self.id,
             "kind": self.kind,
             "active": not self.released,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
+            "duration_s": None
+            if self.ended_at is None
+            else round(self.ended_at - self.started_at, 3),
             "end_reason": self.end_reason,
             "attributes": dict(self.attributes),
-            "user_transcript": list(self.user_transcript),
-            "bot_transcript": list(self.bot_transcript),
+            "turns": [turn.as_record() for turn in self.turns if turn.heard_or_said],
+            "errors": list(self.errors),
+            "recording": self.recording,
+            "user_transcript": self.user_transcript,
+            "bot_transcript": self.bot_transcript,
         }
 
     def end_because(self, reason: str) -> None:
@@ -107,6 +181,7 @@ class CallRegistry:
         self._closing = False
         self._seq = itertools.count(1)
         self._all_ended = asyncio.Event()  # set when the last running call ends
+        self._listeners: list[Callable[[Call], None]] = []
 
     @property
     def max_calls(self) -> int:
@@ -144,6 +219,11 @@ class CallRegistry:
         """The last calls that ended, oldest first."""
         return list(self._history)
 
+    def when_ended(self, listener: Callable[[Call], None]) -> None:
+        """Call ``listener(call)`` once each call has ended (its record is final). A listener
+        must return quickly and hand slow work (disk) elsewhere; one that raises is logged."""
+        self._listeners.append(listener)
+
     def reserve(self, kind: str) -> Call:
         """Take a slot for a new call of ``kind`` (``webrtc``, ``twilio`` …).
 
@@ -179,9 +259,13 @@ class CallRegistry:
             await work
         except asyncio.CancelledError:
             logger.info(f"call {call.id} cancelled")
+            call.end_because("cancelled")
             raise
         except Exception:
             logger.exception(f"call {call.id} failed")
+            call.end_because("error")
+        else:
+            call.end_because("agent ended the call")
         finally:
             call.release()
 
@@ -190,12 +274,20 @@ class CallRegistry:
             return
         call.released = True
         call.ended_at = time.time()
+        call.end_because("ended")  # nobody said why: the record still says it ended
         if self._calls.pop(call.id, None) is not None:
             self._ended += 1
             self._history.append(call)
             if not self._calls:
                 self._all_ended.set()
-        logger.info(f"call {call.id} ended ({len(self._calls)}/{self._max_calls} active)")
+        logger.info(
+            f"call {call.id} ended ({len(self._calls)}/{self._max_calls} active): {call.end_reason}"
+        )
+        for listener in self._listeners:
+            try:
+                listener(call)
+            except Exception:
+                logger.exception(f"call {call.id}: a listener failed on its end")
 
     async def drain(self, *, timeout_s: float) -> None:
         """Refuse new calls, let running ones end on their own for up to ``timeout_s``, then
@@ -208,11 +300,14 @@ class CallRegistry:
                 await asyncio.wait_for(self._all_ended.wait(), timeout_s)
         if self._calls:
             logger.warning(f"drain timeout: ending {len(self._calls)} calls still running")
-        await self.shutdown()
+        await self.shutdown(reason="drain")
 
-    async def shutdown(self, *, grace_s: float = 10.0) -> None:
-        """Refuse new calls, cancel every running call and wait for each to finish."""
+    async def shutdown(self, *, grace_s: float = 10.0, reason: str = "server shutdown") -> None:
+        """Refuse new calls, cancel every running call (its end reason: ``reason``) and wait
+        for each to finish."""
         self._closing = True
+        for call in self._calls.values():
+            call.end_because(reason)
         farewells = [c.say_going_away() for c in self._calls.values() if c.say_going_away]
         if farewells:
             with contextlib.suppress(TimeoutError):

@@ -15,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "asr-server": ("agent.local.asr_server", "offline CPU recognizer speaking vLLM's /v1/realtime"),
     "captions": ("pipelines.captions", "live captions in the browser (Gradio)"),
     "deploy": ("agent.deploy", "deploy or delete the Voxtral SageMaker endpoint"),
+    "drain": ("agent.drain", "drain a running server and wait until its calls end (preStop)"),
+    "call": ("agent.call", "place an outbound phone call through the running server"),
 }
 
 

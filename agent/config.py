@@ -8,7 +8,10 @@ setting fails at start with :class:`ConfigError`, naming the setting and the fix
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
+import re
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -190,13 +193,139 @@ class ServerSettings(_Section):
     )
     api_token: str | None = Field(
         default=None,
-        description="Bearer token for the operator API (GET /calls/{id}: a call's transcript); "
-        "unset, the operator API is off.",
+        description="Bearer token for the operator API (GET /calls/{id}: a call's transcript; "
+        "POST /calls/outbound); unset, the operator API is off.",
     )
 
 
 class TwilioSettings(_Section):
+    """Twilio: the webhook's signature check, and the REST API for transfer and outbound calls."""
+
     auth_token: str | None = None
+    account_sid: str | None = Field(
+        default=None,
+        description="With auth_token, turns on Twilio's REST API: call transfer and outbound "
+        "calls (AC…, from the Twilio console).",
+    )
+    api_base_url: str = Field(
+        default="https://api.twilio.com",
+        description="Twilio's REST API (a test points it at a local stand-in).",
+    )
+    from_number: str | None = Field(
+        default=None, description="Caller ID for outbound calls when none is given (E.164)."
+    )
+    machine_detection: Literal["Enable", "DetectMessageEnd", "none"] = Field(
+        default="Enable",
+        description="Answering machine detection on outbound calls; the result reaches the "
+        "call as attributes['answered_by'].",
+    )
+    outbound_answer_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="An outbound call holds its slot this long for its media stream to arrive.",
+    )
+
+    @property
+    def rest_enabled(self) -> bool:
+        """Both credentials are set: the REST API can be used."""
+        return bool(self.account_sid and self.auth_token)
+
+
+class TransferSettings(_Section):
+    """The ``transfer_call`` tool: the model hands a phone call to a person (Twilio REST)."""
+
+    enabled: bool = False
+    destinations: list[str] = Field(
+        default_factory=lambda: [],
+        description='Where calls may go: E.164 numbers or SIP URIs, e.g. ["+15550100", '
+        '"sip:desk@pbx.example.com"]; anything else the model asks for is refused.',
+    )
+    announcement: str = Field(
+        default="Please hold while I transfer you to a colleague.",
+        description="What the agent says before handing the call over.",
+    )
+    whisper: str | None = Field(
+        default=None,
+        description="Said to the person who answers, before the caller is connected.",
+    )
+
+    @field_validator("destinations")
+    @classmethod
+    def _numbers_or_sip(cls, destinations: list[str]) -> list[str]:
+        for destination in destinations:
+            sip = destination.lower().startswith(("sip:", "sips:"))
+            if not sip and not re.fullmatch(r"\+[1-9][0-9]{6,14}", destination):
+                raise ValueError(
+                    f"{destination!r} is neither an E.164 number (+15550100) nor a SIP URI "
+                    "(sip:desk@pbx.example.com)"
+                )
+        return destinations
+
+    @model_validator(mode="after")
+    def _somewhere_to_go(self) -> TransferSettings:
+        if self.enabled and not self.destinations:
+            raise ValueError(
+                "transfer.enabled needs transfer.destinations (the numbers or SIP URIs the "
+                "model may transfer calls to)"
+            )
+        return self
+
+
+class DTMFSettings(_Section):
+    """Keypresses: the caller's reach the model as text; the model may send its own."""
+
+    enabled: bool = True
+    timeout_s: float = Field(
+        default=1.5,
+        gt=0,
+        le=10,
+        description="A sequence of keypresses ends after this much quiet (or at '#').",
+    )
+    send_tool: bool = Field(
+        default=False,
+        description="Offer the model the send_dtmf tool (to navigate another system's menu).",
+    )
+
+
+class TelnyxSettings(_Section):
+    """A second carrier: Telnyx media streams behind a TeXML application."""
+
+    public_key: str | None = Field(
+        default=None,
+        description="The account's Ed25519 public key, base64 (Mission Control: Keys & "
+        "Credentials > Public Key); set, the Telnyx routes are on and every webhook must be "
+        "signed with it.",
+    )
+    signature_tolerance_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A webhook signed further than this from now (telnyx-timestamp) is refused.",
+    )
+    stream_secret: str | None = Field(
+        default=None,
+        description="Signs the single-use stream token the webhook hands Telnyx; unset, a "
+        "random one per process (set one shared value when several processes answer).",
+    )
+    codec: Literal["PCMU", "PCMA"] = Field(
+        default="PCMU",
+        description="G.711 flavour asked of Telnyx for both directions (8 kHz).",
+    )
+
+    @field_validator("public_key")
+    @classmethod
+    def _ed25519_key(cls, key: str | None) -> str | None:
+        if key is None:
+            return None
+        try:
+            raw = base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError(
+                "must be the base64 Ed25519 public key Telnyx shows under Keys & Credentials "
+                "(32 bytes once decoded)"
+            )
+        return key
 
 
 class ObservabilitySettings(_Section):
@@ -210,6 +339,11 @@ class ObservabilitySettings(_Section):
         description="Export OpenTelemetry traces (a span per call, per turn and per stage); "
         "needs the tracing extra: pip install 'voice-agent[tracing]'.",
     )
+    log_transcripts: bool = Field(
+        default=False,
+        description="Debugging only: let log lines quote what callers and the bot said "
+        "(Pipecat's debug lines, e.g. 'Generating TTS [...]'). Off: no transcript text in logs.",
+    )
     otlp_endpoint: str | None = Field(
         default=None,
         description="OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (/v1/traces is added); "
@@ -222,6 +356,36 @@ class ObservabilitySettings(_Section):
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https:// (OTLP over HTTP)")
         return url
+
+
+class RecordsSettings(_Section):
+    """Call records: one JSON line per ended call, and optionally a WAV of both sides."""
+
+    directory: Path | None = Field(
+        default=None,
+        description="Where calls-YYYY-MM-DD.jsonl files (and recordings/) go; unset: no "
+        "records on disk (GET /calls/{id} still shows the last calls).",
+    )
+    recording: bool = Field(
+        default=False,
+        description="Also record each call, caller left and bot right, as "
+        "<directory>/recordings/YYYY-MM-DD/<call id>.wav. Mind consent (README).",
+    )
+
+    @field_validator("directory")
+    @classmethod
+    def _absolute(cls, directory: Path | None) -> Path | None:
+        """Relative to where the server starts; kept absolute so records name their WAVs."""
+        return None if directory is None else directory.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _recording_needs_directory(self) -> RecordsSettings:
+        if self.recording and self.directory is None:
+            raise ValueError(
+                "records.recording needs records.directory (set "
+                "VOICE_AGENT_RECORDS__DIRECTORY to where recordings may go)"
+            )
+        return self
 
 
 class Settings(BaseSettings):
@@ -239,7 +403,11 @@ class Settings(BaseSettings):
     tts: TTSSettings = TTSSettings()
     turn: TurnSettings = TurnSettings()
     twilio: TwilioSettings = TwilioSettings()
+    telnyx: TelnyxSettings = TelnyxSettings()
+    transfer: TransferSettings = TransferSettings()
+    dtmf: DTMFSettings = DTMFSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    records: RecordsSettings = RecordsSettings()
 
     @model_validator(mode="after")
     def _sagemaker_needs_endpoint(self) -> Settings:

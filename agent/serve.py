@@ -34,6 +34,8 @@ from agent.config import ConfigError, Settings, load_settings
 from agent.connection_guard import guarded_http_protocol, raise_open_file_limit
 from agent.local.piper_server import PiperUnavailable, piper_child
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
+from agent.observability import log_privacy
+from agent.observability.record_sink import RecordDirectoryError, check_directory
 from agent.observability.tracing import check_tracing
 
 MAX_WEBSOCKET_MESSAGE_BYTES = 1024 * 1024
@@ -71,10 +73,13 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args.profile, overrides={"server": server} if server else None)
         check_tracing(settings.observability)
+        if settings.records.directory is not None:
+            check_directory(settings.records.directory)
         children = local_children(settings)
-    except (ConfigError, PiperUnavailable) as exc:
+    except (ConfigError, PiperUnavailable, RecordDirectoryError) as exc:
         print(f"voice-agent serve: {exc}", file=sys.stderr)
         return 2
+    log_privacy.install(log_transcripts=settings.observability.log_transcripts)
     try:
         return asyncio.run(serve(settings, children), loop_factory=event_loop_factory())
     except KeyboardInterrupt:

@@ -4,20 +4,28 @@
 transports. Routes:
 
 - ``GET /healthz`` the process is up (with call counts); ``GET /readyz`` STT, LLM and TTS are
-  reachable (200, or 503 naming what is down); ``GET /calls`` call counts.
-- ``GET /calls/{id}`` one call with its transcript, running or recently ended (Bearer
-  ``server.api_token``; off without one).
+  reachable (200, or 503 naming what is down; 503 ``draining`` or ``full`` at
+  ``server.max_calls``, so a load balancer sends new calls elsewhere); ``GET /calls`` call counts.
+- ``GET /calls/{id}`` one call's record (turns, latency stages, why it ended), running or
+  among the last 50 ended (Bearer ``server.api_token``; off without one). With
+  ``records.directory`` set, every ended call's record is also appended to that day's JSON
+  Lines file (:mod:`agent.observability.record_sink`), and with ``records.recording`` each
+  call is recorded as a WAV (:mod:`agent.observability.call_recording`).
+- ``POST /calls/outbound`` ``{"to": "+1555…", "from": "+1555…"}`` places a phone call through
+  Twilio (same Bearer token; see :mod:`agent.transports.outbound`).
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
   (see :mod:`agent.observability`); every call's pipeline gets a turn-latency observer.
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
   (see :mod:`agent.transports.webrtc`).
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
-  (see :mod:`agent.transports.telephony`).
+  (see :mod:`agent.transports.telephony`); Telnyx, with ``telnyx.public_key`` set:
+  ``POST /telephony/telnyx``, ``WS /telephony/telnyx/ws`` (:mod:`agent.transports.telnyx`).
 - The offline playground at ``/`` and ``/client`` (files under ``/playground/``).
 
 It is the only composer: it builds each call's worker from the pipeline factory
 (``pipelines.voice_agent`` unless a test passes another) and attaches every observer there,
-inline (:mod:`agent.fastpath`): the call's transcript, its turn latency, its idle watch.
+inline (:mod:`agent.fastpath`): its turn latency, its record, its idle watch (and its
+recorder).
 
 Draining (``voice-agent serve`` on SIGTERM: :meth:`CallRegistry.drain`): ``/readyz`` answers
 503 at once, new calls are refused, calls in progress go on for up to
@@ -34,25 +42,33 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import FastAPI, Header, HTTPException
+from fastapi import Body, FastAPI, Header, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from loguru import logger
+from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
-from agent.calls import Call, CallRegistry
+from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.llm.clients import close_shared_clients
 from agent.observability.answer_outcomes import count_answer_outcomes
+from agent.observability.call_record import CallRecordObserver
+from agent.observability.call_recording import CallRecordings
+from agent.observability.client_latency import TurnLatencyToClient
 from agent.observability.metrics import CONTENT_TYPE, AgentMetrics
+from agent.observability.record_sink import RecordSink
 from agent.observability.tracing import Tracing, setup_tracing
-from agent.observability.transcript import CallTranscriptObserver
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
-from agent.transports.telephony import TelephonyCalls
+from agent.transports.outbound import OutboundCalls, OutboundUnavailable
+from agent.transports.telephony import TelephonyCalls, http_base_url
+from agent.transports.traits import traits_of
+from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -72,16 +88,39 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     registry = CallRegistry(max_calls=settings.server.max_calls)
     metrics = AgentMetrics(calls=registry)
     tracing = setup_tracing(settings.observability)
+    records = settings.records
+    sink = None
+    if records.directory is not None:
+        sink = RecordSink(
+            records.directory, on_error=lambda: metrics.count_error("call_record", "disk")
+        )
+        registry.when_ended(sink.write)
+    recordings = (
+        CallRecordings(records.directory)
+        if records.recording and records.directory is not None
+        else None
+    )
     factory = ObservedCalls(
-        pipeline or build_voice_agent_task, settings=settings, metrics=metrics, tracing=tracing
+        pipeline or build_voice_agent_task,
+        settings=settings,
+        metrics=metrics,
+        tracing=tracing,
+        recordings=recordings,
     )
     webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
+    outbound = OutboundCalls(settings=settings, registry=registry)
     telephony = TelephonyCalls(
         settings=settings,
         registry=registry,
         task_factory=factory,
         count_bad_input=metrics.count_error,
+        reserved=outbound,
     )
+    if settings.transfer.enabled and not settings.twilio.rest_enabled:
+        logger.warning(
+            "transfer.enabled, but the transfer_call tool is not offered: it needs Twilio's "
+            "REST API (set twilio.account_sid and twilio.auth_token)"
+        )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -89,6 +128,10 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
             yield
         finally:
             await registry.shutdown()
+            if recordings is not None:
+                await recordings.close()
+            if sink is not None:
+                await sink.close()
             await webrtc.close()
             await close_shared_clients()
             if tracing is not None:
@@ -101,6 +144,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     app.state.webrtc = webrtc
     app.include_router(webrtc.router)
     app.include_router(telephony.router)
+    app.include_router(outbound.router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -110,6 +154,8 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     async def readyz() -> JSONResponse:
         if registry.draining:  # at once, without probing: no new call may come here
             return JSONResponse({"status": "draining"}, status_code=503)
+        if not registry.has_capacity:  # full: a load balancer sends the next call elsewhere
+            return JSONResponse({"status": "full", "calls": asdict(registry.stats)}, 503)
         components = await readiness(settings)
         down = [name for name, status in components.items() if not status.ok]
         body: dict[str, Any] = {
@@ -132,6 +178,26 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         call = registry.find(call_id)
         if call is None:
             raise HTTPException(404, f"no running or recent call {call_id!r}")
+        return call.as_record()
+
+    @app.post("/calls/outbound", status_code=201)
+    async def call_out(
+        request: Request,
+        to: str = Body(embed=True),
+        from_: str | None = Body(default=None, embed=True, alias="from"),
+        authorization: str | None = Header(default=None),
+    ) -> dict[str, Any]:
+        _check_operator(settings, authorization)
+        try:
+            call = await outbound.place(
+                to=to, from_=from_, base_url=http_base_url(request, settings)
+            )
+        except OutboundUnavailable as exc:
+            raise HTTPException(400, str(exc)) from None
+        except CallLimitReached as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "5"}) from None
+        except TwilioRESTError as exc:
+            raise HTTPException(502, f"Twilio did not place the call: {exc}") from None
         return call.as_record()
 
     @app.get("/metrics", include_in_schema=False)
@@ -161,7 +227,9 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
 
 class ObservedCalls:
     """The transports' :class:`~agent.worker.CallTaskFactory`: the call's pipeline with every
-    observer attached, inline: transcript, turn latency (metrics, log line, trace), idle watch."""
+    observer attached, inline: turn latency (metrics, log line, trace, and an RTVI message to
+    a client that speaks RTVI), the call's record, idle watch, and the recorder when
+    recording is on."""
 
     def __init__(
         self,
@@ -170,11 +238,13 @@ class ObservedCalls:
         settings: Settings,
         metrics: AgentMetrics,
         tracing: Tracing | None,
+        recordings: CallRecordings | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._settings = settings
         self._metrics = metrics
         self._tracing = tracing
+        self._recordings = recordings
 
     def __call__(self, transport: BaseTransport, call: Call) -> PipelineWorker:
         worker = self._pipeline(transport, self._settings, call_id=call.id)
@@ -183,7 +253,12 @@ class ObservedCalls:
             metrics=self._metrics,
             log_turns=self._settings.observability.log_turns,
             trace=self._tracing.call(call.id) if self._tracing else None,
+            on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
-        observe_inline(worker, [CallTranscriptObserver(call), latency, IdleCallWatch(worker)])
+        idle = IdleCallWatch(worker, on_timeout=lambda: call.end_because("idle"))
+        observers: list[BaseObserver] = [latency, CallRecordObserver(call, latency=latency), idle]
+        if self._recordings is not None:
+            observers.append(self._recordings.recorder(call))
+        observe_inline(worker, observers)
         count_answer_outcomes(worker, self._metrics)
         return worker

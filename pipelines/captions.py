@@ -5,7 +5,9 @@ page streams the microphone, each chunk becomes 16 kHz mono PCM16, Silero VAD (f
 Pipecat's wheel) cuts it into utterances, and each utterance goes to the realtime STT
 endpoint of the profile (the local ASR server, Voxtral on vLLM, or SageMaker) through the very
 STT service the voice agent uses. Interim captions show while a person speaks; a
-final caption replaces them when the utterance ends.
+final caption replaces them when the utterance ends. Under the captions the page shows the
+last caption's delay from the end of the speech: the VAD's stop wait plus the STT's time from
+the VAD stop to the final transcript, as this server measured them.
 
 Gradio is an optional extra (``pip install 'voice-agent[captions]'``) and is imported only
 when the command runs. Everything below :func:`main` except :func:`build_app` works without
@@ -37,11 +39,13 @@ INSTALL_HINT = "pip install 'voice-agent[captions]'"
 
 @dataclass
 class CaptionBoard:
-    """What the page shows: the finished lines and the line being spoken."""
+    """What the page shows: the finished lines, the line being spoken, the last delay."""
 
     finals: list[str] = field(default_factory=list)
     interim: str = ""
     max_lines: int = 12
+    last_timed: TranscriptEvent | None = None
+    """The last final whose delay was measured."""
 
     def show(self, event: TranscriptEvent) -> None:
         if event.kind == "interim":
@@ -52,6 +56,19 @@ class CaptionBoard:
                 self.finals.append(line)
                 del self.finals[: -self.max_lines]
             self.interim = ""
+            if event.after_speech_s is not None:
+                self.last_timed = event
+
+    def render_delay(self) -> str:
+        """``Caption delay: 640 ms after the end of speech (VAD wait 500 ms + STT 140 ms)``."""
+        event = self.last_timed
+        if event is None or event.vad_wait_s is None or event.stt_s is None:
+            return "Caption delay: shown after the first caption"
+        wait, stt = round(1000 * event.vad_wait_s), round(1000 * event.stt_s)
+        return (
+            f"Caption delay: {wait + stt} ms after the end of speech "
+            f"(VAD wait {wait} ms + STT {stt} ms)"
+        )
 
     def render(self) -> str:
         lines = list(self.finals)
@@ -144,8 +161,8 @@ def import_gradio() -> Any:
 class CaptionHandlers:
     """The page's two callbacks, kept free of Gradio so they can be tested without it.
 
-    Each returns the caption text to show (``None``: leave the page as it is) and the new
-    per-tab state.
+    Each returns the caption text and the delay line to show (``None``: leave the page as it
+    is) and the new per-tab state.
     """
 
     def __init__(self, make_session: Callable[[], CaptionSession]) -> None:
@@ -153,9 +170,9 @@ class CaptionHandlers:
 
     async def on_audio(
         self, chunk: tuple[int, np.ndarray] | None, state: dict[str, Any]
-    ) -> tuple[str | None, dict[str, Any]]:
+    ) -> tuple[str | None, str | None, dict[str, Any]]:
         if chunk is None:
-            return None, state
+            return None, None, state
         if "session" not in state:
             state["session"] = self._make_session()
             state["converter"] = StreamConverter()
@@ -165,37 +182,44 @@ class CaptionHandlers:
         text = session.board.render()
         if session.error:
             text += f"\n[{session.error}]"
-        return text, state
+        return text, session.board.render_delay(), state
 
-    async def on_stop(self, state: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    async def on_stop(self, state: dict[str, Any]) -> tuple[str | None, str | None, dict[str, Any]]:
         session: CaptionSession | None = state.get("session")
         if session is None:
-            return None, state
+            return None, None, state
         await session.close()
-        return session.board.render(), {}
+        return session.board.render(), session.board.render_delay(), {}
 
 
 def build_app(settings: STTSettings, gr: Any) -> Any:  # pragma: no cover - needs gradio
     """The Gradio page: microphone in, captions out."""
     handlers = CaptionHandlers(session_factory(settings))
 
+    def shown(value: str | None) -> Any:
+        return gr.skip() if value is None else value
+
     async def on_audio(chunk: tuple[int, np.ndarray] | None, state: dict[str, Any]) -> Any:
-        text, state = await handlers.on_audio(chunk, state)
-        return (gr.skip() if text is None else text), state
+        text, delay, state = await handlers.on_audio(chunk, state)
+        return shown(text), shown(delay), state
 
     async def on_stop(state: dict[str, Any]) -> Any:
-        text, state = await handlers.on_stop(state)
-        return (gr.skip() if text is None else text), state
+        text, delay, state = await handlers.on_stop(state)
+        return shown(text), shown(delay), state
 
     with gr.Blocks(title="Live captions") as app:
         gr.Markdown("# Live captions\nPress record and speak; captions appear as you talk.")
         microphone = gr.Audio(sources=["microphone"], streaming=True, type="numpy")
         captions = gr.Textbox(label="Captions", lines=12, interactive=False)
+        delay = gr.Markdown()
         state = gr.State({})
         microphone.stream(
-            on_audio, inputs=[microphone, state], outputs=[captions, state], stream_every=0.1
+            on_audio,
+            inputs=[microphone, state],
+            outputs=[captions, delay, state],
+            stream_every=0.1,
         )
-        microphone.stop_recording(on_stop, inputs=[state], outputs=[captions, state])
+        microphone.stop_recording(on_stop, inputs=[state], outputs=[captions, delay, state])
     return app
 
 

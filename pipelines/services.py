@@ -12,15 +12,19 @@ from typing import Any
 
 from loguru import logger
 from openai import NOT_GIVEN
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.tts_service import TTSService
 
-from agent.config import LLMSettings, STTSettings, TTSSettings
+from agent.config import DTMFSettings, LLMSettings, STTSettings, TransferSettings, TTSSettings
 from agent.llm import OfflineResponder, OpenAICompatibleLLMService, conversation_context
+from agent.llm.keypresses import KeypressAggregator
+from agent.llm.phone_tools import send_dtmf_tool, transfer_call_tool
 from agent.llm.tools import tools_named
 from agent.stt import VoxtralRealtimeSTTService, websocket_channel_factory
 from agent.stt.channels import ChannelFactory
+from agent.transports.call_control import CallControl
 from agent.tts import OpenAISpeechService, PiperHTTPTTSService, packaged_piper_voice
 
 SAGEMAKER_MAX_CONNECTION_AGE_S = 25 * 60
@@ -77,13 +81,38 @@ def llm_service(settings: LLMSettings) -> FrameProcessor:
     )
 
 
-def llm_conversation(settings: LLMSettings) -> LLMContext:
-    """A fresh conversation for one call, offering the tools ``llm.tools`` switches on.
+def llm_conversation(
+    settings: LLMSettings, call_tools: list[FunctionSchema] | None = None
+) -> LLMContext:
+    """A fresh conversation for one call, offering the tools ``llm.tools`` switches on and the
+    call's own (:func:`call_tools`).
 
     Raises:
         agent.llm.tools.UnknownTool: ``llm.tools`` names a tool nobody registered.
     """
-    return conversation_context(tools_named(settings.tools))
+    return conversation_context([*tools_named(settings.tools), *(call_tools or [])])
+
+
+def call_tools(
+    transfer: TransferSettings, dtmf: DTMFSettings, control: CallControl | None
+) -> list[FunctionSchema]:
+    """A phone call's tools: ``transfer_call`` when it is on and the call can be transferred
+    (its carrier's API is configured), ``send_dtmf`` when ``dtmf.send_tool`` is on."""
+    tools = []
+    if transfer.enabled and control is not None:
+        tools.append(
+            transfer_call_tool(
+                destinations=transfer.destinations, announcement=transfer.announcement
+            )
+        )
+    if dtmf.send_tool:
+        tools.append(send_dtmf_tool())
+    return tools
+
+
+def keypress_aggregator(settings: DTMFSettings) -> KeypressAggregator:
+    """The caller's keypresses as one "The caller pressed …" transcript per sequence."""
+    return KeypressAggregator(timeout_s=settings.timeout_s)
 
 
 def tts_service(settings: TTSSettings) -> TTSService:

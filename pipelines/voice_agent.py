@@ -6,6 +6,7 @@
       → VADProcessor(shared Silero)       VADUserStarted/StoppedSpeakingFrame; one batched model
                                           (a phone transport runs it inside its input instead)
       → Voxtral realtime STT              interim transcripts, one final per user turn
+      → keypresses (phone calls)          "The caller pressed 1." as a transcript; barge-in
       → user context aggregator           turn taking; barge-in interrupts the bot; an answer
                                           stays tentative until heard (eager answer, false ends)
       → LLM turn handler                  OpenAI-compatible chat, or the offline responder
@@ -51,6 +52,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.processors.frameworks.rtvi import RTVIObserverParams
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_start import (
     TranscriptionUserTurnStartStrategy,
@@ -67,8 +69,15 @@ from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.fastpath.transcript_turn_stop import TranscriptAwareUserTurnStopStrategy
-from agent.transports.traits import HostsVAD, traits_of
-from pipelines.services import llm_conversation, llm_service, stt_service, tts_service
+from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
+from pipelines.services import (
+    call_tools,
+    keypress_aggregator,
+    llm_conversation,
+    llm_service,
+    stt_service,
+    tts_service,
+)
 
 
 def build_voice_agent_task(
@@ -86,8 +95,11 @@ def build_voice_agent_task(
     turn = settings.turn
     traits = traits_of(transport)
     tracing = settings.observability.otel_enabled
+    phone = transport if isinstance(transport, CarriesPhoneCall) else None
+    tools = call_tools(settings.transfer, settings.dtmf, phone.call_control) if phone else []
+    keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
     user_aggregator, assistant_aggregator = tentative_answer_aggregators(
-        llm_conversation(settings.llm),
+        llm_conversation(settings.llm, tools),
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
@@ -109,6 +121,7 @@ def build_voice_agent_task(
             audio_passthrough=turn.smart_turn,
             enable_eager_end_of_turn=turn.eager_answer,
         ),
+        *keypresses,
         user_aggregator,
         llm_service(settings.llm),
         tts_service(settings.tts),
@@ -124,6 +137,8 @@ def build_voice_agent_task(
         ),
         conversation_id=call_id,
         enable_rtvi=traits.speaks_rtvi,
+        # The raw VAD events too, so a client can show whether the VAD hears its user.
+        rtvi_observer_params=RTVIObserverParams(vad_user_speaking_enabled=True),
         enable_tracing=tracing,
         enable_turn_tracking=tracing,
         idle_timeout_secs=None,  # the server's IdleCallWatch does the same job more cheaply

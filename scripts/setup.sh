@@ -5,12 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(espeak-ng chromium)   # test speech; headless browser for the playground test
+APT_PACKAGES=(espeak-ng chromium haproxy kubernetes-client)   # test speech; headless browser for
+# the playground test; the load balancer of the multi-replica drain test; kubectl to render the
+# Kubernetes manifests (Debian's kubectl 1.20: the manifests keep to what its kustomize knows)
 
 install_system_packages() {
   local missing=()
   command -v espeak-ng >/dev/null || missing+=(espeak-ng)
   command -v chromium >/dev/null || missing+=(chromium)
+  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+  command -v kubectl >/dev/null || missing+=(kubernetes-client)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "setup: installing ${missing[*]} with apt-get"
@@ -51,4 +55,14 @@ if [ ! -f "$stamp" ]; then
   echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
   .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   rm -f .venv/.installed-* && touch "$stamp"
+fi
+
+# The deployment checks' tools (checkov, kubernetes-validate) clash with the project's
+# dependencies: they get a venv of their own.
+tools_stamp=.venv-tools/.installed-$(sha1sum deploy/tools-requirements.txt | cut -c1-12)
+if [ ! -f "$tools_stamp" ]; then
+  echo "setup: installing the deployment checks' tools into .venv-tools"
+  [ -x .venv-tools/bin/python ] || "$(find_python)" -m venv .venv-tools
+  .venv-tools/bin/python -m pip install -q -r deploy/tools-requirements.txt
+  rm -f .venv-tools/.installed-* && touch "$tools_stamp"
 fi

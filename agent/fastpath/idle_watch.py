@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from loguru import logger
 from pipecat.frames.frames import (
@@ -45,13 +46,21 @@ class IdleCallWatch(BaseObserver):
     this one records the time of the last live frame and checks it from one timer, re-armed
     only when it fires, so a busy call costs one ``isinstance`` per frame. Build the worker
     with ``idle_timeout_secs=None`` and pass this among its inline observers.
+    ``on_timeout`` is called when it fires, just before the worker is cancelled.
     """
 
-    def __init__(self, worker: PipelineWorker, *, timeout_s: float = IDLE_TIMEOUT_SECS) -> None:
+    def __init__(
+        self,
+        worker: PipelineWorker,
+        *,
+        timeout_s: float = IDLE_TIMEOUT_SECS,
+        on_timeout: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(observe_every_push=False)
         if timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
         self._worker = worker
+        self._on_timeout = on_timeout
         self._timeout_s = timeout_s
         self._last_alive = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
@@ -83,6 +92,8 @@ class IdleCallWatch(BaseObserver):
         self._timer = None
         self.timed_out = True
         logger.warning(f"{self._worker}: idle for {idle_s:.0f} s; cancelling the call")
+        if self._on_timeout is not None:
+            self._on_timeout()  # e.g. the call record's end reason, before the cancel
         self._cancelling = asyncio.get_running_loop().create_task(
             self._worker.cancel(reason="idle timeout")
         )

@@ -17,7 +17,9 @@ after it, TTS audio only after that token, audio out only after that audio. So a
 still playing from an interrupted turn never lends its frames to the next one. A
 ``VADUserStartedSpeakingFrame`` starts a new turn, closing the previous one (answered or
 not). Each stage goes to the histograms as it happens (``/metrics`` moves during a call);
-each closed turn gives one structured log line and, with tracing on, one span.
+each closed turn gives one structured log line and, with tracing on, one span. An answered
+turn is also handed to ``on_answer`` (the server sends it to a browser client:
+:mod:`agent.observability.client_latency`).
 
 The observer is told only of a frame's first push (``observe_every_push=False``) and does one
 ``isinstance`` check against a tuple for the frames it does not time. Most of its cost is
@@ -28,6 +30,7 @@ micro-benchmark on this machine kind.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +132,8 @@ class TurnLatencyObserver(BaseObserver):
         metrics: Where stages, turns, errors and STT reconnects are counted.
         log_turns: Log one ``turn_latency …`` line per closed turn.
         trace: The call's trace (:func:`agent.observability.tracing.Tracing.call`), if any.
+        on_answer: Awaited with each answered turn as its first audio goes out (after it is
+            logged), e.g. to show the turn's latency to the user.
     """
 
     def __init__(
@@ -138,6 +143,7 @@ class TurnLatencyObserver(BaseObserver):
         metrics: AgentMetrics | None = None,
         log_turns: bool = True,
         trace: CallTrace | None = None,
+        on_answer: Callable[[TurnTimings], Awaitable[None]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(observe_every_push=False, **kwargs)
@@ -145,12 +151,18 @@ class TurnLatencyObserver(BaseObserver):
         self._metrics = metrics
         self._log_turns = log_turns
         self._trace = trace
+        self._on_answer = on_answer
         self._turn: TurnTimings | None = None
         self._answering = False  # an LLM response started after this turn's VAD stop
         self._turns = 0
         self._epoch_offset_ns: int | None = None
         self.closed_turns: list[TurnTimings] = []
         """The last few closed turns, newest last (kept short: for inspection and tests)."""
+
+    @property
+    def current_turn(self) -> TurnTimings | None:
+        """The turn being timed now (the call record reads its stages)."""
+        return self._turn
 
     # ------------------------------------------------------------------ observer events
 
@@ -202,6 +214,8 @@ class TurnLatencyObserver(BaseObserver):
                 turn.first_audio_out = data.timestamp
                 self._stage(turn, "first_audio_out")
                 self._close_turn(turn)
+                if self._on_answer is not None:
+                    await self._on_answer(turn)
 
     async def on_processor_setup(self, data: ProcessorSetUp) -> None:
         if isinstance(data.processor, STTService):

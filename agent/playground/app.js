@@ -14,8 +14,15 @@
  *   bot-output {text, segment_id, spoken_status, output_type}   the bot's reply, by segment
  *   bot-tts-text {text}                the bot's spoken text (used when bot-output is absent)
  *   bot-llm-text {text}                the LLM's streamed tokens (used when neither is present)
- *   user-started/stopped-speaking, bot-started/stopped-speaking   the activity pills
+ *   vad-user-started/stopped-speaking  the server's VAD hears the user: "You" pill, green meter
+ *   bot-started/stopped-speaking       the "Bot" pill
+ *   server-message {type: "turn-latency", turn, total_ms, stages_ms}   an answered turn's
+ *                                      latency, each stage in ms from the end of the user's
+ *                                      speech: drawn as a bar under the bot's reply
  *   bot-ready, error, error-response  status line
+ *
+ * The microphone level meter is measured here, in the page (Web Audio), from the same stream
+ * the call sends.
  */
 "use strict";
 
@@ -26,11 +33,23 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   button: $("connect"), status: $("status"), transcript: $("transcript"), empty: $("empty"),
   error: $("error"), audio: $("bot-audio"), userPill: $("user-speaking"), botPill: $("bot-speaking"),
+  meter: $("mic-level"),
 };
+
+// A turn's stages, in the order they happen; the bar shows the time each one added.
+const STAGES = [
+  ["vad_stop", "VAD", "VAD stop wait: the silence the VAD hears before it decides you stopped"],
+  ["stt_final", "STT", "STT: the final transcript, after the VAD stop"],
+  ["llm_first_token", "LLM", "LLM: the answer's first token, after the transcript"],
+  ["tts_first_audio", "TTS", "TTS: the answer's first audio, after the first token"],
+  ["first_audio_out", "out", "Out: the first audio sent to you, after the TTS made it"],
+];
+const BAR_SCALE_MS = 1000; // a full bar is one second (or the turn, when it took longer)
 
 let session = null; // {pc, dc, stream, pingTimer, pcId, sessionId}
 let userBubble = null; // {el, finals: [], interim: ""}
-let botBubble = null; // {el, segments: Map, order: [], tts: "", llm: ""}
+let botBubble = null; // {el, segments: Map, order: [], tts: "", llm: "", latency: null}
+let meter = null; // {context, analyser, samples, level, frame}
 
 function setStatus(text, kind) {
   ui.status.textContent = text;
@@ -77,7 +96,8 @@ function onUserText(text, final) {
 
 function ensureBot() {
   if (!botBubble) {
-    botBubble = { el: addBubble("bot"), segments: new Map(), order: [], tts: "", llm: "" };
+    botBubble = { el: addBubble("bot"), segments: new Map(), order: [], tts: "", llm: "",
+                  latency: null };
     userBubble = null; // the bot answers: the user's next words start a new turn
   }
   return botBubble;
@@ -107,6 +127,104 @@ function onBotOutput(data) {
   renderBot();
 }
 
+function stageTimes(stagesMs) {
+  // Cumulative ms from the end of speech -> the ms each stage added (never negative).
+  let reached = 0;
+  return STAGES.map(([key, label, title]) => {
+    const at = stagesMs[key];
+    const ms = typeof at === "number" ? Math.max(0, at - reached) : null;
+    if (typeof at === "number") reached = Math.max(reached, at);
+    return { key, label, title, ms };
+  });
+}
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text != null) node.textContent = text;
+  return node;
+}
+
+function onTurnLatency(data) {
+  const total = data.total_ms;
+  if (typeof total !== "number") return;
+  if (botBubble && botBubble.latency != null && botBubble.latency !== data.turn) botBubble = null;
+  const b = ensureBot();
+  b.latency = data.turn;
+  const stages = stageTimes(data.stages_ms || {});
+  const box = el("div", "latency");
+  box.title = "End of your speech → first audio of the answer";
+  const row = el("div", "latency-row");
+  const track = el("span", "bar");
+  const scale = Math.max(BAR_SCALE_MS, total);
+  for (const s of stages) {
+    if (!s.ms) continue;
+    const seg = el("span", "seg");
+    seg.dataset.stage = s.key;
+    seg.style.width = (100 * s.ms / scale).toFixed(2) + "%";
+    seg.title = s.title + ": " + s.ms + " ms";
+    track.append(seg);
+  }
+  row.append(track, el("span", "total", total + " ms"));
+  const legend = el("div", "stages");
+  for (const s of stages) {
+    if (s.ms == null) continue;
+    const item = el("span", "stage");
+    item.dataset.stage = s.key;
+    item.title = s.title;
+    item.append(el("i"), el("span", "name", s.label), el("span", "ms", String(s.ms)));
+    legend.append(item);
+  }
+  box.append(row, legend);
+  const old = b.el.querySelector(".latency");
+  if (old) old.replaceWith(box); else b.el.append(box);
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function setHeard(heard) {
+  setPill(ui.userPill, heard);
+  ui.meter.classList.toggle("heard", heard);
+}
+
+function showLevel(percent) {
+  ui.meter.firstElementChild.style.width = percent.toFixed(1) + "%";
+  ui.meter.setAttribute("aria-valuenow", String(Math.round(percent)));
+}
+
+function startMeter(stream) {
+  const Context = window.AudioContext || window.webkitAudioContext;
+  if (!Context) return;
+  const context = new Context();
+  const analyser = context.createAnalyser();
+  analyser.fftSize = 1024;
+  context.createMediaStreamSource(stream).connect(analyser);
+  if (context.state === "suspended") context.resume().catch(() => {});
+  meter = { context, analyser, samples: new Float32Array(analyser.fftSize), level: 0, frame: 0 };
+  const tick = () => {
+    if (!meter) return;
+    meter.analyser.getFloatTimeDomainData(meter.samples);
+    let sum = 0;
+    for (const v of meter.samples) sum += v * v;
+    const rms = Math.sqrt(sum / meter.samples.length);
+    // -60 dBFS (quiet room) .. 0 dBFS: fast rise, slow fall, like a VU meter.
+    const now = Math.min(100, Math.max(0, (20 * Math.log10(rms + 1e-9) + 60) * (100 / 60)));
+    meter.level = Math.max(now, meter.level * 0.9);
+    showLevel(meter.level);
+    meter.frame = requestAnimationFrame(tick);
+  };
+  tick();
+}
+
+function stopMeter() {
+  if (meter) {
+    cancelAnimationFrame(meter.frame);
+    meter.context.close().catch(() => {});
+    meter = null;
+  }
+  showLevel(0);
+  setHeard(false);
+}
+
 function handleRtvi(msg) {
   const data = msg.data || {};
   switch (msg.type) {
@@ -115,8 +233,9 @@ function handleRtvi(msg) {
     case "bot-output": onBotOutput(data); break;
     case "bot-tts-text": { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); break; }
     case "bot-llm-text": { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); break; }
-    case "user-started-speaking": setPill(ui.userPill, true); break;
-    case "user-stopped-speaking": setPill(ui.userPill, false); break;
+    case "vad-user-started-speaking": setHeard(true); break;
+    case "vad-user-stopped-speaking": setHeard(false); break;
+    case "server-message": if (data.type === "turn-latency") onTurnLatency(data); break;
     case "bot-started-speaking": setPill(ui.botPill, true); break;
     case "bot-stopped-speaking": setPill(ui.botPill, false); break;
     case "error": case "error-response": showError(data.error || data.message || "server error"); break;
@@ -166,6 +285,7 @@ async function connect() {
     const pc = new RTCPeerConnection({ iceServers });
     session = { pc, stream, dc: null, pingTimer: null, pcId: null, sessionId: start.sessionId,
                 lateCandidates: [] };
+    startMeter(stream);
 
     pc.addTransceiver(stream.getAudioTracks()[0], { direction: "sendrecv" });
     pc.ontrack = (event) => { ui.audio.srcObject = event.streams[0] || new MediaStream([event.track]); };
@@ -228,7 +348,7 @@ function disconnect(reason) {
     s.stream && s.stream.getTracks().forEach((t) => t.stop());
   }
   ui.audio.srcObject = null;
-  setPill(ui.userPill, false);
+  stopMeter();
   setPill(ui.botPill, false);
   setStatus("Disconnected", "idle");
   ui.button.textContent = "Connect";

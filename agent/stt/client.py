@@ -8,6 +8,7 @@ the voice agent uses (session, turns, pre-roll, reconnect and replay), not a sec
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,6 +42,17 @@ class TranscriptEvent:
     kind: Literal["interim", "final", "error"]
     text: str
     fatal: bool = False
+    vad_wait_s: float | None = None
+    """A final's VAD stop wait: the silence the VAD heard before it ended the turn."""
+    stt_s: float | None = None
+    """A final's STT delay: seconds from the VAD stop to this transcript, on this client."""
+
+    @property
+    def after_speech_s(self) -> float | None:
+        """A final's delay from the end of the speech (VAD wait + STT), if it was timed."""
+        if self.vad_wait_s is None or self.stt_s is None:
+            return None
+        return self.vad_wait_s + self.stt_s
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "text": self.text, **({"fatal": True} if self.fatal else {})}
@@ -63,20 +75,43 @@ class _EventsMarker(DataFrame):
 
 
 class _EventTap(FrameProcessor):
-    """Copies transcription and error frames into the transcriber's event queue."""
+    """Copies transcription and error frames into the transcriber's event queue.
+
+    The sink tap also times each final from the VAD stop that ended its turn: the latest stop
+    not yet used. (A turn with no words gives no final, so matching stops to finals first in,
+    first out would drift for good after one cough; the latest stop is wrong only while a
+    turn's final is still due when the next turn ends, and the next final puts it right.)
+    """
 
     def __init__(self, events: asyncio.Queue[TranscriptEvent], *, sink: bool) -> None:
         super().__init__()
         self._events = events
         self._sink = sink
+        self._in_turn = False
+        self._vad_stop: tuple[float, float] | None = None  # (monotonic time, stop_secs)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, _FlushMarker | _EventsMarker):
             if self._sink:
                 frame.reached.set()
+        elif isinstance(frame, VADUserStartedSpeakingFrame):
+            if direction is FrameDirection.DOWNSTREAM:
+                self._in_turn = True
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            # A stop that ends no turn (finish() after the VAD's own stop) times nothing.
+            if self._sink and self._in_turn and direction is FrameDirection.DOWNSTREAM:
+                self._vad_stop = (time.monotonic(), frame.stop_secs)
+            self._in_turn = False
         elif isinstance(frame, TranscriptionFrame):
-            self._events.put_nowait(TranscriptEvent("final", frame.text))
+            wait = stt = None
+            if self._vad_stop is not None:
+                stopped_at, wait = self._vad_stop
+                stt = time.monotonic() - stopped_at
+                self._vad_stop = None
+            self._events.put_nowait(
+                TranscriptEvent("final", frame.text, vad_wait_s=wait, stt_s=stt)
+            )
         elif isinstance(frame, InterimTranscriptionFrame):
             self._events.put_nowait(TranscriptEvent("interim", frame.text))
         elif isinstance(frame, ErrorFrame):

@@ -2,6 +2,7 @@
 
 - :mod:`agent.transports.webrtc`: browser and SDK calls over SmallWebRTC.
 - :mod:`agent.transports.telephony`: phone calls over media-stream WebSockets (Twilio).
+- :mod:`agent.transports.telnyx`: the second carrier, Telnyx, behind the same seam.
 - :mod:`agent.transports.traits`: what a transport declares about its client.
 
 Each one reserves a call slot first, asks the server's

@@ -13,8 +13,16 @@ Security: with ``twilio.auth_token`` set, the webhook checks ``X-Twilio-Signatur
 nothing started when missing or wrong) and hands Twilio a per-call token as a ``<Parameter>``;
 the WebSocket accepts only a ``start`` carrying the token for its CallSid.
 
-Another provider (Telnyx, Plivo …) is one more :class:`TelephonyProvider`: its webhook answer,
-its ``start`` parsing and its Pipecat serializer; :class:`TelephonyCalls` runs the rest.
+Call control (Twilio, with ``twilio.account_sid`` and ``twilio.auth_token``): a call's
+transport carries a :class:`~agent.transports.call_control.TwilioCallControl`, so the model's
+``transfer_call`` tool can hand the call over (REST update with ``<Dial>``; the whisper for the
+person who answers is served at ``POST /telephony/twilio/whisper``). Outbound calls
+(:mod:`agent.transports.outbound`) hold their slot from the moment they are placed; their
+stream claims it here.
+
+Another provider is one more :class:`TelephonyProvider`: its webhook answer, its ``start``
+parsing and its Pipecat serializer; :class:`TelephonyCalls` runs the rest. Telnyx is the
+second (:mod:`agent.transports.telnyx`).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import hmac
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
 from xml.sax.saxutils import quoteattr
 
@@ -35,12 +43,15 @@ from fastapi.responses import Response
 from loguru import logger
 from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.transports.websocket.fastapi import FastAPIWebsocketParams
+from starlette.requests import HTTPConnection
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
 from agent.rate_limit import PerSourceLimiter
+from agent.transports.call_control import CallControl, CallControlOutputTransport, TwilioCallControl
+from agent.transports.twilio_rest import TwilioREST, twiml_say
 from agent.worker import CallTaskFactory, run_call_pipeline
 
 TELEPHONY_SAMPLE_RATE = 8000
@@ -60,6 +71,8 @@ at once); until then it holds no call slot."""
 
 MIN_AWAITING_START = 20
 """Sockets that may wait for their ``start`` at once: ``server.max_calls``, at least this."""
+
+WHISPER_PATH = "/telephony/twilio/whisper"
 
 BUSY_CLOSE_CODE = 1013  # "try again later"
 GOING_AWAY_CLOSE_CODE = 1001  # the server is draining
@@ -106,7 +119,7 @@ def twiml_reject_busy() -> str:
     return '<?xml version="1.0" encoding="UTF-8"?><Response><Reject reason="busy"/></Response>'
 
 
-def public_base_url(request: Request, settings: Settings) -> str:
+def public_base_url(request: HTTPConnection, settings: Settings) -> str:
     """``scheme://host`` as the outside world reaches this server.
 
     ``server.public_url`` wins; otherwise the request's Host and scheme (``X-Forwarded-Proto``
@@ -121,6 +134,24 @@ def public_base_url(request: Request, settings: Settings) -> str:
         or (request.url.netloc)
     )
     return f"{scheme}://{host}"
+
+
+def http_base_url(connection: HTTPConnection, settings: Settings) -> str:
+    """:func:`public_base_url` as ``http(s)://`` (from a WebSocket too)."""
+    base = public_base_url(connection, settings)
+    return base.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
+
+
+def twilio_rest(settings: Settings) -> TwilioREST | None:
+    """The REST client for ``twilio.*``, or ``None`` without both credentials."""
+    twilio = settings.twilio
+    if not (twilio.account_sid and twilio.auth_token):
+        return None
+    return TwilioREST(
+        account_sid=twilio.account_sid,
+        auth_token=twilio.auth_token,
+        base_url=twilio.api_base_url,
+    )
 
 
 def websocket_url(base_url: str, path: str) -> str:
@@ -141,6 +172,11 @@ class StreamStart:
     stream_id: str
     call_id: str
     parameters: dict[str, str] = field(default_factory=dict)
+    query: dict[str, str] = field(default_factory=dict)
+    """The media-stream URL's query parameters (a carrier without custom ``start`` parameters
+    gets its stream token there); :meth:`TelephonyCalls.serve_stream` fills it in."""
+    attributes: dict[str, str] = field(default_factory=dict)
+    """Carrier facts for ``Call.attributes`` (call SID, codec, numbers …)."""
 
 
 class TelephonyProvider(Protocol):
@@ -166,6 +202,27 @@ class TelephonyProvider(Protocol):
     ) -> FrameSerializer:
         """The call's serializer; it reports a malformed message (why, and the message cut
         short) to ``on_bad_message`` and ignores it, and Twilio's ``stop`` to ``on_stop``."""
+        ...
+
+
+@runtime_checkable
+class ControlsCalls(Protocol):
+    """A provider whose calls can be acted on (transferred) through its API."""
+
+    def call_control(
+        self, call: Call, start: StreamStart, *, base_url: str
+    ) -> CallControl | None: ...
+
+
+class ReservedCalls(Protocol):
+    """Calls that hold a slot before their media stream arrives (outbound calls)."""
+
+    def expecting(self) -> bool:
+        """Whether any reserved call still waits for its stream."""
+        ...
+
+    def claim(self, carrier_call_id: str) -> Call | None:
+        """The call reserved for this carrier call id, handed over once; else ``None``."""
         ...
 
 
@@ -204,6 +261,42 @@ class TwilioProvider:
             parameters["token"] = stream_token(call_sid, token)
         return Response(twiml_stream(url, parameters), media_type="application/xml")
 
+    def call_control(self, call: Call, start: StreamStart, *, base_url: str) -> CallControl | None:
+        rest = twilio_rest(self._settings)
+        if rest is None:
+            return None
+        whisper = f"{base_url}{WHISPER_PATH}" if self._settings.transfer.whisper else None
+        return TwilioCallControl(rest, call=call, call_sid=start.call_id, whisper_url=whisper)
+
+    async def answer_whisper(self, request: Request) -> Response:
+        """TwiML for the person a transfer reaches, before the caller is connected."""
+        refused = await self.check_signature(request)
+        if refused is not None:
+            return refused
+        return Response(
+            twiml_say(self._settings.transfer.whisper or ""), media_type="application/xml"
+        )
+
+    async def check_signature(self, request: Request) -> Response | None:
+        """A 403 for a request Twilio did not sign (``twilio.auth_token`` set), else ``None``."""
+        token = self._auth_token
+        if not token:
+            return None
+        body = (await request.body()).decode("utf-8", errors="replace")
+        form = dict(parse_qsl(body, keep_blank_values=True))
+        signed_url = self._signed_url(request)
+        if valid_twilio_signature(
+            signed_url, form, token, request.headers.get("x-twilio-signature")
+        ):
+            return None
+        logger.warning(f"Twilio request refused: bad or missing signature for {signed_url}")
+        return Response(
+            "invalid or missing X-Twilio-Signature (check twilio.auth_token and "
+            "server.public_url: the signature covers the exact public URL)\n",
+            status_code=403,
+            media_type="text/plain",
+        )
+
     def _signed_url(self, request: Request) -> str:
         if not self._settings.server.public_url:
             return str(request.url)
@@ -227,6 +320,7 @@ class TwilioProvider:
             stream_id=stream_sid,
             call_id=call_sid,
             parameters={str(k): str(v) for k, v in custom.items()},
+            attributes={"call_sid": call_sid, "stream_sid": stream_sid},
         )
 
     def authorize(self, start: StreamStart) -> bool:
@@ -260,10 +354,28 @@ class TwilioProvider:
 
 class MediaStreamTransport(VADHostingWebsocketTransport):
     """A phone call's media-stream WebSocket. Its traits (:mod:`agent.transports.traits`):
-    its audio is 8 kHz, its client speaks no RTVI, and its input can host the VAD."""
+    its audio is 8 kHz, its client speaks no RTVI, its input can host the VAD, and it carries a
+    phone call (keypresses; ``call_control`` when the carrier's API is configured)."""
 
     pipeline_sample_rate = TELEPHONY_SAMPLE_RATE
     speaks_rtvi = False
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        params: FastAPIWebsocketParams,
+        *,
+        call_control: CallControl | None = None,
+    ) -> None:
+        super().__init__(websocket, params)
+        self._call_control = call_control
+        self._output = CallControlOutputTransport(
+            self, self._client, self._params, name=self._output_name, control=call_control
+        )
+
+    @property
+    def call_control(self) -> CallControl | None:
+        return self._call_control
 
 
 class TelephonyCalls:
@@ -277,8 +389,10 @@ class TelephonyCalls:
         task_factory: CallTaskFactory,
         providers: list[TelephonyProvider] | None = None,
         count_bad_input: Callable[[str, str], None] | None = None,
+        reserved: ReservedCalls | None = None,
     ) -> None:
         self._settings = settings
+        self._reserved = reserved
         self._registry = registry
         self._task_factory = task_factory
         self._count = count_bad_input
@@ -290,8 +404,14 @@ class TelephonyCalls:
         self._max_awaiting_start = max(MIN_AWAITING_START, registry.max_calls)
         self.router = APIRouter()
         default: list[TelephonyProvider] = [TwilioProvider(settings)]
+        if settings.telnyx.public_key:
+            from agent.transports.telnyx import TelnyxProvider  # it builds on this module
+
+            default.append(TelnyxProvider(settings))
         for provider in providers or default:
             self._add_routes(provider)
+            if isinstance(provider, TwilioProvider) and settings.transfer.whisper:
+                self.router.add_api_route(WHISPER_PATH, provider.answer_whisper, methods=["POST"])
 
     def _add_routes(self, provider: TelephonyProvider) -> None:
         async def webhook(request: Request) -> Response:
@@ -320,7 +440,8 @@ class TelephonyCalls:
         that connect and say nothing cannot take the slots real callers need.
         """
         await websocket.accept()
-        if not self._registry.has_capacity:
+        expecting = self._reserved is not None and self._reserved.expecting()
+        if not self._registry.has_capacity and not expecting:
             await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
             return
         if self._awaiting_start >= self._max_awaiting_start:
@@ -338,15 +459,18 @@ class TelephonyCalls:
             return
         finally:
             self._awaiting_start -= 1
+        start.query = dict(websocket.query_params)
         if not provider.authorize(start):
             logger.warning(f"{provider.name}: media stream token missing or wrong; closing")
             await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
             return
+        reserved = self._reserved.claim(start.call_id) if self._reserved else None
         try:
-            call = self._registry.reserve(provider.name)
+            call = reserved or self._registry.reserve(provider.name)
         except CallLimitReached:
             await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
             return
+        call.attributes.update(start.attributes)
         await self._registry.run(call, self._stream(call, websocket, provider, start))
 
     async def _stream(
@@ -355,12 +479,18 @@ class TelephonyCalls:
         logger.info(
             f"call {call.id}: {provider.name} call {start.call_id} stream {start.stream_id}"
         )
+        control = (
+            provider.call_control(call, start, base_url=http_base_url(websocket, self._settings))
+            if isinstance(provider, ControlsCalls)
+            else None
+        )
 
         stop_tasks: list[asyncio.Task[Any]] = []
         task_holder: list[Any] = []
 
         def on_stop() -> None:
             logger.info(f"call {call.id}: {provider.name} sent stop")
+            call.end_because("caller hung up")  # unless a transfer said otherwise first
             if task_holder and not stop_tasks:
                 stop_tasks.append(asyncio.create_task(task_holder[0].cancel(reason="stream stop")))
 
@@ -374,6 +504,7 @@ class TelephonyCalls:
                     start, on_stop=on_stop, on_bad_message=self._bad_message_reporter(call)
                 ),
             ),
+            call_control=control,
         )
         task = self._task_factory(transport, call)
         call.say_going_away = lambda: _close_quietly(
@@ -384,6 +515,7 @@ class TelephonyCalls:
         @transport.event_handler("on_client_disconnected")
         async def _hung_up(_transport: Any, _ws: Any) -> None:
             logger.info(f"call {call.id}: media stream closed by the caller")
+            call.end_because("connection lost")  # closed without a 'stop'
             await task.cancel(reason="caller hung up")
 
         try:
@@ -403,7 +535,7 @@ class TelephonyCalls:
 
         def report(why: str, sample: str) -> None:
             nonlocal logged
-            self._count_bad_input("twilio_message", why)
+            self._count_bad_input(f"{call.kind}_message", why)
             if not logged:
                 logged = True
                 logger.warning(

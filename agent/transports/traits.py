@@ -2,7 +2,8 @@
 
 A transport that differs from the defaults implements :class:`TransportTraits` (phone calls:
 8 kHz, no RTVI); any other Pipecat ``BaseTransport`` gets :data:`DEFAULT_TRAITS`. An input
-transport that can run the call's VAD itself implements :class:`HostsVAD`.
+transport that can run the call's VAD itself implements :class:`HostsVAD`; one that carries a
+phone call, :class:`CarriesPhoneCall`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer
 
 from agent.stt.protocol import SAMPLE_RATE
+from agent.transports.call_control import CallControl
 
 
 @runtime_checkable
@@ -53,4 +55,15 @@ class HostsVAD(Protocol):
 
     def use_vad(self, analyzer: VADAnalyzer) -> None:
         """Analyse the caller's audio with ``analyzer``; call before the pipeline starts."""
+        ...
+
+
+@runtime_checkable
+class CarriesPhoneCall(Protocol):
+    """A transport that carries a phone call: the caller's keypresses arrive as
+    ``InputDTMFFrame``s, and the carrier may let the call be controlled (transferred)."""
+
+    @property
+    def call_control(self) -> CallControl | None:
+        """How to act on the call; ``None`` when the carrier's API is not configured."""
         ...

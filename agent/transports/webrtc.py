@@ -168,6 +168,7 @@ class WebRTCCalls:
         try:
             answer = await self._handler.handle_web_request(request, keep)
         except Exception as exc:
+            call.end_because("offer failed")
             call.release()
             for connection in connections:
                 await connection.disconnect()
@@ -198,6 +199,7 @@ class WebRTCCalls:
         @transport.event_handler("on_client_disconnected")
         async def _left(_transport: Any, _client: Any) -> None:
             logger.info(f"call {call.id}: WebRTC peer left")
+            call.end_because("caller hung up")
             await task.cancel(reason="peer left")
 
         watchdog = asyncio.create_task(self._watch(call, connection, task), name=f"watch:{call.id}")
@@ -229,12 +231,14 @@ class WebRTCCalls:
             if not seen_connected:
                 if now - started > self._connect_timeout_s:
                     logger.warning(f"call {call.id}: peer never connected; ending the call")
+                    call.end_because("never connected")
                     await task.cancel(reason="peer never connected")
                     return
                 continue
             lost_since = lost_since or now
             if now - lost_since > self._keepalive_timeout_s:
                 logger.warning(f"call {call.id}: peer went silent; ending the call")
+                call.end_because("connection lost")
                 await task.cancel(reason="peer went silent")
                 return
 

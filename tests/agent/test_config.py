@@ -125,3 +125,27 @@ def test_ice_servers_take_plain_urls_or_turn_credentials() -> None:
     stun, turn = settings.server.ice_servers
     assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
     assert (turn.username, turn.credential) == ("u", "p")
+
+
+def test_call_records_are_off_unless_a_directory_is_set_and_recording_needs_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for profile in PROFILES:
+        records = load_settings(profile).records
+        assert records.directory is None and not records.recording
+    monkeypatch.setenv("VOICE_AGENT_RECORDS__RECORDING", "true")
+    with pytest.raises(ConfigError, match="VOICE_AGENT_RECORDS__DIRECTORY"):
+        load_settings("default")
+    monkeypatch.setenv("VOICE_AGENT_RECORDS__DIRECTORY", str(tmp_path))
+    assert load_settings("default").records.directory == tmp_path
+
+
+def test_a_transfer_needs_destinations_that_are_numbers_or_sip_uris() -> None:
+    with pytest.raises(ConfigError, match=r"transfer\.destinations"):
+        load_settings(overrides={"transfer": {"enabled": True}})
+    with pytest.raises(ConfigError, match=r"'555-0100' is neither an E\.164 number"):
+        load_settings(overrides={"transfer": {"destinations": ["555-0100"]}})
+    settings = load_settings(
+        overrides={"transfer": {"enabled": True, "destinations": ["+15550100", "sip:a@b.c"]}}
+    )
+    assert not settings.twilio.rest_enabled  # and so the tool will not be offered

@@ -8,6 +8,7 @@ import pytest
 from agent.config import load_settings
 from agent.rate_limit import PerSourceLimiter
 from agent.server import create_app
+from tests.fakes.telnyx_caller import PUBLIC_KEY as TELNYX_PUBLIC_KEY
 
 
 def test_a_source_gets_its_burst_then_its_rate_and_others_their_own() -> None:
@@ -32,6 +33,7 @@ def test_the_table_of_sources_is_bounded() -> None:
         ("POST", "/api/offer", {"sdp": "v=0", "type": "offer"}),
         ("POST", "/start", {}),
         ("POST", "/telephony/twilio", None),
+        ("POST", "/telephony/telnyx", None),
     ],
 )
 async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: object) -> None:
@@ -42,7 +44,8 @@ async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: o
                 "start_local_services": False,
                 "requests_per_source_per_s": 1,
                 "request_burst_per_source": 5,
-            }
+            },
+            "telnyx": {"public_key": TELNYX_PUBLIC_KEY},
         },
     )
     app = create_app(settings)

@@ -14,6 +14,7 @@ import pytest
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 
+from agent.calls import CallTurn
 from agent.config import Settings, load_settings
 from agent.server import PLAYGROUND_DIR, create_app
 from tests.agent.transports.stack import running_server
@@ -90,6 +91,21 @@ async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: s
         ready = await http.get("/readyz")
     assert ready.status_code == 200
     assert "offline responder" in ready.json()["components"]["llm"]["detail"]
+
+
+async def test_readyz_is_503_full_at_max_calls_and_ready_again_when_a_slot_frees(
+    stt_peer: str, http_peer: str
+) -> None:
+    settings = settings_for(stt_peer, None, f"{http_peer}/v1", max_calls=1)
+    app = create_app(settings, pipeline=_never_called)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
+        call = app.state.registry.reserve("twilio")
+        full = await http.get("/readyz")
+        call.release()
+        ready = await http.get("/readyz")
+    assert full.status_code == 503
+    assert full.json()["status"] == "full" and full.json()["calls"]["active"] == 1
+    assert ready.status_code == 200, ready.text
 
 
 def test_the_playground_is_served_offline() -> None:
@@ -175,8 +191,7 @@ async def test_a_calls_transcript_is_served_to_the_operator_only() -> None:
     app = create_app(settings, pipeline=_never_called)
     registry = app.state.registry
     ended, running = registry.reserve("twilio"), registry.reserve("webrtc")
-    ended.user_transcript.append("what time is it")
-    ended.bot_transcript.append("It is noon.")
+    ended.turns.append(CallTurn(index=1, user=["what time is it"], bot=["It is noon."]))
     ended.release()
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         stranger = await http.get(f"/calls/{ended.id}", headers={"Authorization": "Bearer no"})

@@ -4,8 +4,10 @@ It streams server-sent events exactly as the OpenAI API does: a role chunk, cont
 a ``finish_reason`` chunk, a usage chunk, ``data: [DONE]``. Asked with tools, it calls one
 (``get_current_time`` for Europe/Paris) in argument fragments, as models do; once the tool's
 result is in the conversation it answers quoting it. Otherwise it streams ``answer`` a word
-at a time (``{user}`` in it becomes the last user message), after ``first_token_delay_s`` (a
-model's time to first token). ``GET /v1/models`` answers as readiness probes expect.
+at a time. A ``script`` replaces all that: given the conversation, it returns the text to say
+or a :class:`ToolCall` to make, as a model would decide (a test's model that transfers callers
+who ask for a person). Each answer waits ``first_token_delay_s`` first (a model's time to
+first token). ``GET /v1/models`` answers as readiness probes expect.
 
     with ChatServer() as chat:              # tests: a thread serves it, requests are recorded
         settings.llm.base_url = chat.base_url
@@ -14,9 +16,11 @@ model's time to first token). ``GET /v1/models`` answers as readiness probes exp
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -25,14 +29,26 @@ from fastapi.responses import StreamingResponse
 from tests.fakes.serving import RouterServer
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """A scripted model's decision to call a tool."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+Script = Callable[[list[dict[str, Any]]], "str | ToolCall"]
+"""The conversation so far (``messages``) → what the model does next."""
+
+
 class ChatServer(RouterServer):
     """``POST /v1/chat/completions`` (streaming) and ``GET /v1/models``.
 
     Args:
-        answer: The text of every answer that is not about a tool; ``{user}`` stands for the
-            last user message.
+        answer: The text of every answer that is not about a tool.
         record: Keep every request body in ``requests`` and its headers in ``headers``
             (off for benches).
+        script: Decides every answer instead (see the module docstring).
         first_token_delay_s: How long each answer waits before its first chunk.
     """
 
@@ -41,9 +57,11 @@ class ChatServer(RouterServer):
         answer: str = "Hello from the chat server.",
         *,
         record: bool = True,
+        script: Script | None = None,
         first_token_delay_s: float = 0.0,
     ) -> None:
         self.answer = answer
+        self.script = script
         self.first_token_delay_s = first_token_delay_s
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -66,16 +84,22 @@ class ChatServer(RouterServer):
         model = str(body.get("model", ""))
         if self.first_token_delay_s:
             time.sleep(self.first_token_delay_s)  # a worker thread: Starlette iterates it there
+        if self.script is not None:
+            decision = self.script(list(body.get("messages", [])))
+            if isinstance(decision, ToolCall):
+                yield from _tool_call(model, decision.name, json.dumps(decision.arguments))
+            else:
+                yield from _text(model, decision)
+            yield "data: [DONE]\n\n"
+            return
         tool_results = [m for m in body.get("messages", []) if m.get("role") == "tool"]
         if tool_results:
             result = json.loads(tool_results[-1]["content"])
             yield from _text(model, f"The time tool answered for {result['timezone']}.")
         elif body.get("tools"):
-            yield from _tool_call(model)
+            yield from _tool_call(model, "get_current_time", '{"timezone": "Europe/Paris"}')
         else:
-            users = [m for m in body.get("messages", []) if m.get("role") == "user"]
-            last_user = str(users[-1].get("content", "")) if users else ""
-            yield from _text(model, self.answer.replace("{user}", last_user))
+            yield from _text(model, self.answer)
         yield "data: [DONE]\n\n"
 
 
@@ -109,15 +133,19 @@ def _text(model: str, text: str) -> Iterator[str]:
     yield _usage(model)
 
 
-def _tool_call(model: str) -> Iterator[str]:
+_CALL_IDS = itertools.count(1)
+
+
+def _tool_call(model: str, name: str, arguments: str) -> Iterator[str]:
     call = {
         "index": 0,
-        "id": "call_1",
+        "id": f"call_{next(_CALL_IDS)}",
         "type": "function",
-        "function": {"name": "get_current_time", "arguments": ""},
+        "function": {"name": name, "arguments": ""},
     }
     yield _chunk(model, {"role": "assistant", "content": None, "tool_calls": [call]})
-    for piece in ('{"timezone": ', '"Europe/Paris"}'):
+    half = len(arguments) // 2
+    for piece in (arguments[:half], arguments[half:]):
         yield _chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
     yield _chunk(model, {}, "tool_calls")
     yield _usage(model)

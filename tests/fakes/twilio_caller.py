@@ -4,8 +4,14 @@ Twilio's messages (twilio.com/docs/voice/media-streams/websocket-messages): ``co
 ``start`` with ``streamSid``, ``accountSid``, ``callSid``, ``tracks``, ``mediaFormat``
 (``audio/x-mulaw``, 8000 Hz, mono) and ``customParameters``; then one ``media`` message per
 20 ms of caller audio (160 bytes of μ-law, base64, with ``track``, ``chunk`` and
-``timestamp``), at real-time pace, silence included; ``mark`` when a mark has played; and
-``stop``. Every message after ``connected`` carries a ``sequenceNumber``.
+``timestamp``), at real-time pace, silence included; ``dtmf`` when the caller presses a key
+(``{"event": "dtmf", "streamSid", "sequenceNumber", "dtmf": {"track": "inbound_track",
+"digit": "1"}}``); ``mark`` when a mark has played; and ``stop``. Every message after
+``connected`` carries a ``sequenceNumber``.
+
+A transfer (the call updated with ``<Dial>`` through the REST API, see
+:mod:`tests.fakes.twilio_rest`) ends the stream as Twilio does: :meth:`TwilioCaller.hand_over`
+sends ``stop`` and closes the socket (1000), and remembers where the call went.
 
 The caller records what the server sends back: every event (unless ``keep_events=False``,
 for load tests), ``media`` counts and bytes, when loud audio arrived, and how much media had
@@ -95,6 +101,9 @@ def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> byte
 class TwilioCaller:
     """One call's media stream over an open WebSocket; reading starts at once."""
 
+    silence_frame = SILENCE
+    """20 ms of silence in the line's codec."""
+
     def __init__(
         self,
         ws: websockets.ClientConnection,
@@ -115,6 +124,10 @@ class TwilioCaller:
         self.media_at_clear: list[int] = []
         self.loud_at: list[float] = []
         self.max_late_s = 0.0
+        self.audio = bytearray()
+        """Every μ-law byte the server sent (when ``keep_events``), e.g. to hear key tones."""
+        self.transferred_to: str | None = None
+        self.media_bytes_at_hand_over = 0
         self.closed = asyncio.Event()
         self._sequence = 0
         self._chunk = 0
@@ -124,13 +137,20 @@ class TwilioCaller:
 
     # ------------------------------------------------------------------ what Twilio sends
 
-    async def start(self, token: str | None = None) -> None:
+    async def start(
+        self, token: str | None = None, *, parameters: dict[str, str] | None = None
+    ) -> None:
         """``connected`` then ``start``; ``token``: the stream token (default: signed with
-        :data:`TOKEN` for this call, as the webhook's TwiML would hand it over)."""
+        :data:`TOKEN` for this call, as the webhook's TwiML would hand it over);
+        ``parameters``: the TwiML's ``<Parameter>``s instead (they carry their own token)."""
         await self.ws.send(
             json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         )
-        custom = {"token": token if token is not None else stream_token(self.call_sid, TOKEN)}
+        custom = (
+            dict(parameters)
+            if parameters is not None
+            else {"token": token if token is not None else stream_token(self.call_sid, TOKEN)}
+        )
         start = {
             "accountSid": self.account_sid,
             "streamSid": self.stream_sid,
@@ -167,13 +187,19 @@ class TwilioCaller:
             self._due += FRAME_S
             self._chunk += 1
             self._sequence += 1
-            await self.ws.send(
-                _MEDIA.format(
-                    self._sequence, self._chunk, (self._chunk - 1) * 20, payload, self.stream_sid
-                )
-            )
+            await self.ws.send(self._media_message(payload))
             sent_at = time.monotonic()
         return sent_at
+
+    def _to_pcm(self, g711: bytes) -> bytes:
+        """The server's audio as PCM16 (a subclass may speak A-law)."""
+        return audioop.ulaw2lin(g711, 2)
+
+    def _media_message(self, payload: str) -> str:
+        """The ``media`` message for the current chunk (a subclass speaks another carrier)."""
+        return _MEDIA.format(
+            self._sequence, self._chunk, (self._chunk - 1) * 20, payload, self.stream_sid
+        )
 
     async def speak(self, ulaw: bytes, *, stop_after: float | None = None) -> float:
         """Send μ-law audio at real-time pace (only its first ``stop_after`` seconds, if
@@ -186,12 +212,12 @@ class TwilioCaller:
         return sent_at
 
     async def silence(self, seconds: float) -> None:
-        await self.send([SILENCE] * round(seconds / FRAME_S))
+        await self.send([self.silence_frame] * round(seconds / FRAME_S))
 
     @contextlib.asynccontextmanager
     async def quiet(self) -> AsyncIterator[None]:
         """Send silence while the block runs: Twilio streams the line all call long."""
-        sending = asyncio.create_task(self.send(itertools.repeat(SILENCE)))
+        sending = asyncio.create_task(self.send(itertools.repeat(self.silence_frame)))
         try:
             yield
         finally:
@@ -212,6 +238,20 @@ class TwilioCaller:
         await self._send_event(
             "stop", stop={"accountSid": self.account_sid, "callSid": self.call_sid}
         )
+
+    async def press(self, digits: str) -> None:
+        """One ``dtmf`` message per key, as Twilio sends them when the caller presses keys."""
+        for digit in digits:
+            await self._send_event("dtmf", dtmf={"track": "inbound_track", "digit": digit})
+
+    async def hand_over(self, destination: str) -> None:
+        """What Twilio does to the stream when the call is updated with ``<Dial>``: ``stop``,
+        then close (1000). The caller is now talking to ``destination``."""
+        self.transferred_to = destination
+        self.media_bytes_at_hand_over = self.media_bytes
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await self.stop()
+            await self.ws.close(1000)
 
     async def _send_event(self, event: str, **body: Any) -> None:
         self._sequence += 1
@@ -241,8 +281,10 @@ class TwilioCaller:
                     ulaw = base64.b64decode(event["media"]["payload"])
                     self.media_received += 1
                     self.media_bytes += len(ulaw)
-                    if audioop.max(audioop.ulaw2lin(ulaw, 2), 2) > LOUD_PEAK:
+                    if audioop.max(self._to_pcm(ulaw), 2) > LOUD_PEAK:
                         self.loud_at.append(time.monotonic())
+                    if self.keep_events:
+                        self.audio += ulaw
                 elif kind == "clear":
                     self.media_at_clear.append(self.media_received)
                 if self.keep_events:
@@ -251,3 +293,37 @@ class TwilioCaller:
             pass
         finally:
             self.closed.set()
+
+
+# ----------------------------------------------------------------------------- key tones
+
+DTMF_ROWS = (697, 770, 852, 941)
+DTMF_COLUMNS = (1209, 1336, 1477, 1633)
+DTMF_KEYS = ("123A", "456B", "789C", "*0#D")
+
+
+def heard_keys(ulaw: bytes, *, window_ms: int = 20) -> str:
+    """The key tones in 8 kHz μ-law audio, as an IVR's detector hears them (Goertzel per 20 ms
+    window: one row and one column tone, each far above the other six), a run of windows
+    counting as one press."""
+    pcm = np.frombuffer(audioop.ulaw2lin(bytes(ulaw), 2), "<i2").astype(np.float64)
+    size = 8000 * window_ms // 1000
+    freqs = DTMF_ROWS + DTMF_COLUMNS
+    steps = np.arange(size)
+    probes = np.array([np.exp(-2j * np.pi * f * steps / 8000) for f in freqs])
+    keys: list[str] = []
+    previous = ""
+    for start in range(0, len(pcm) - size + 1, size):
+        window = pcm[start : start + size]
+        if np.sqrt(np.mean(window**2)) < 300:
+            previous = ""
+            continue
+        power = np.abs(probes @ window)
+        row, column = int(np.argmax(power[:4])), int(np.argmax(power[4:]))
+        others = np.delete(power, [row, 4 + column])
+        strong = min(power[row], power[4 + column]) > 4 * others.max()
+        key = DTMF_KEYS[row][column] if strong else ""
+        if key and key != previous:
+            keys.append(key)
+        previous = key
+    return "".join(keys)

@@ -3,6 +3,8 @@ real offline ASR server."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import sys
 
 import numpy as np
@@ -38,6 +40,26 @@ def test_board_shows_finals_then_the_interim_line() -> None:
     assert board.render() == "two\nthree\nfour …"
 
 
+def test_board_shows_the_last_timed_captions_delay_from_the_end_of_speech() -> None:
+    board = CaptionBoard()
+    assert board.render_delay() == "Caption delay: shown after the first caption"
+    board.show(TranscriptEvent("final", "one", vad_wait_s=0.5, stt_s=0.1404))
+    board.show(TranscriptEvent("final", "two"))  # not timed: the last timed one stays
+    assert board.render_delay() == (
+        "Caption delay: 640 ms after the end of speech (VAD wait 500 ms + STT 140 ms)"
+    )
+
+
+def delay_figures(line: str) -> tuple[int, int, int]:
+    found = re.fullmatch(
+        r"Caption delay: (\d+) ms after the end of speech \(VAD wait (\d+) ms \+ STT (\d+) ms\)",
+        line,
+    )
+    assert found, line
+    total, wait, stt = (int(g) for g in found.groups())
+    return total, wait, stt
+
+
 def test_microphone_chunks_become_16k_mono_pcm16() -> None:
     converter = StreamConverter()
     stereo = np.zeros((4800, 2), dtype=np.float32)  # 100 ms at 48 kHz, as a browser sends
@@ -59,15 +81,26 @@ async def test_utterances_become_final_captions(asr_server_url: str, asr_model_n
     )
     sentences = ("please call me back tomorrow morning", "turn on the lights in the kitchen")
     try:
-        for sentence in sentences:
+        for count, sentence in enumerate(sentences, 1):
             audio = silence(0.3) + speech_at(sentence, 16000) + silence(0.8)
             for offset in range(0, len(audio), 640):
                 await session.feed(audio[offset : offset + 640])
+            for _ in range(500):  # the microphone goes on, quiet, until the caption is in
+                if len(session.board.finals) >= count:
+                    break
+                await session.feed(silence(0.02))
+                await asyncio.sleep(0.02)
         await session.close()
     finally:
         await session.close()
     assert session.error is None
     assert len(session.board.finals) == 2, session.board.finals
+    # The last caption was timed from its VAD stop, which waited the VAD's 0.3 s of silence.
+    timed = session.board.last_timed
+    assert timed is not None and timed.text == session.board.finals[-1]
+    assert timed.vad_wait_s == pytest.approx(0.3) and timed.stt_s is not None
+    total, wait, stt = delay_figures(session.board.render_delay())
+    assert wait == 300 and stt == round(1000 * timed.stt_s) and total == wait + stt
     for sentence, caption in zip(sentences, session.board.finals, strict=True):
         assert word_error_rate(sentence, caption) <= 0.2, caption
 
@@ -91,9 +124,17 @@ async def test_the_pages_microphone_callbacks_turn_browser_audio_into_captions(
     samples = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
     stereo = np.stack([samples, samples], axis=1)
     state: dict[str, object] = {}
-    assert await handlers.on_audio(None, state) == (None, {})
+    assert await handlers.on_audio(None, state) == (None, None, {})
+    delays = []
     for offset in range(0, len(stereo), 4800):
-        _, state = await handlers.on_audio((48_000, stereo[offset : offset + 4800]), state)
-    text, state = await handlers.on_stop(state)
+        _, delay, state = await handlers.on_audio((48_000, stereo[offset : offset + 4800]), state)
+        delays.append(delay)
+    text, delay, state = await handlers.on_stop(state)
     assert state == {}
     assert text is not None and word_error_rate(sentence, text) <= 0.2, text
+    # The page shows the caption's delay, once there is a caption: the VAD's stop wait (its
+    # default) and the STT's share.
+    assert delays[0] == "Caption delay: shown after the first caption"
+    assert delay is not None
+    total, wait, stt = delay_figures(delay)
+    assert wait == round(1000 * VADParams().stop_secs) and total == wait + stt

@@ -26,12 +26,13 @@ def test_the_same_frames_count_as_life_as_in_pipecats_idle_watch() -> None:
 
 async def test_an_idle_call_is_cancelled_and_a_lively_one_is_not() -> None:
     idle_worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
-    watch = IdleCallWatch(idle_worker, timeout_s=0.3)
+    told: list[str] = []
+    watch = IdleCallWatch(idle_worker, timeout_s=0.3, on_timeout=lambda: told.append("idle"))
     observe_inline(idle_worker, [watch])
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(idle_worker)
     await asyncio.wait_for(runner.run(), 10)  # ends on its own: nothing happened
-    assert watch.timed_out
+    assert watch.timed_out and told == ["idle"]  # the call record's end reason
 
     busy_worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
     busy_watch = IdleCallWatch(busy_worker, timeout_s=0.3)

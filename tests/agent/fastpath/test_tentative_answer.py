@@ -63,7 +63,13 @@ from tests.fakes.twilio_caller import FRAME_S, SILENCE, TOKEN, TwilioCaller, pay
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
-ANSWER = "You asked: {user}."
+
+def echo(messages: list[dict[str, Any]]) -> str:
+    """The chat peer's answer: ``You asked: <last user message>``."""
+    users = [str(m["content"]) for m in messages if m["role"] == "user"]
+    return f"You asked: {users[-1] if users else ''}."
+
+
 BOOKING = Utterance("clauses", ("i would like to book a table", "for two people"), (0.9,))
 
 
@@ -122,7 +128,7 @@ async def test_a_false_end_is_cancelled_unheard_and_both_parts_reach_the_llm_as_
     asr_server_url: str, asr_model_name: str
 ) -> None:
     # The model takes 4 s to its first token: the caller goes on long before any answer.
-    with ChatServer(ANSWER, first_token_delay_s=4.0) as chat:
+    with ChatServer(script=echo, first_token_delay_s=4.0) as chat:
         with phone_server(asr_server_url, asr_model_name, chat) as (url, _app):
             pcm, _ = BOOKING.audio(8000)
             frames = payloads(to_ulaw(pcm))
@@ -165,7 +171,7 @@ async def test_a_turn_whose_answer_was_heard_stays_a_turn_of_its_own(
     asr_server_url: str, asr_model_name: str
 ) -> None:
     # An instant model: the first part's answer is playing when the caller goes on.
-    with ChatServer(ANSWER) as chat:
+    with ChatServer(script=echo) as chat:
         with phone_server(asr_server_url, asr_model_name, chat) as (url, _app):
             pcm, _ = BOOKING.audio(8000)
             first_part = round(_phrase_s(BOOKING, 0) / FRAME_S)
@@ -240,15 +246,20 @@ async def ask(url: str, text: str) -> TwilioCaller:
     async def speak(caller: TwilioCaller) -> None:
         await caller.speak(ulaw_speech(text))
         await caller.send([SILENCE] * int(1.0 / FRAME_S))
-        await async_wait_for(lambda: len(caller.loud_at) > 0, timeout_s=15, what="the answer")
-        await caller.silence(1.5)
+        async with caller.quiet():
+            await async_wait_for(lambda: len(caller.loud_at) > 0, timeout_s=15, what="the answer")
+            await async_wait_for(  # the whole answer played: the call record has heard it
+                lambda: time.monotonic() - caller.loud_at[-1] > 0.8,
+                timeout_s=15,
+                what="the end of the answer",
+            )
 
     return await call(url, speak)
 
 
 async def test_an_eager_answer_is_kept_when_the_final_transcript_matches() -> None:
     peer = scripted_stt("What time is it", "What time is it?")
-    with ChatServer(ANSWER) as chat:
+    with ChatServer(script=echo) as chat:
         async with peer:
             with phone_server(peer.url, "voxtral-test", chat, eager_answer=True) as (url, app):
                 with released_when(chat, 1, peer):
@@ -264,7 +275,7 @@ async def test_an_eager_answer_is_kept_when_the_final_transcript_matches() -> No
 
 async def test_an_eager_answer_is_restarted_on_the_final_text_when_it_differs() -> None:
     peer = scripted_stt("I would like to book a table", "I would like to book a table for two.")
-    with ChatServer(ANSWER) as chat:
+    with ChatServer(script=echo) as chat:
         async with peer:
             with phone_server(peer.url, "voxtral-test", chat, eager_answer=True) as (url, app):
                 with released_when(chat, 1, peer):

@@ -2,8 +2,10 @@
 
 Chromium (Debian's ``/usr/bin/chromium``) plays an espeak WAV as its microphone; the test
 drives the page over the DevTools protocol with the ``websockets`` package, clicks Connect,
-and waits until the page shows the user's words and the bot's reply. A screenshot is saved
-to ``tests/artifacts/playground.png``.
+and waits until the page shows the user's words, the bot's reply and, under it, the turn's
+latency bar, whose figures must be the server's own ``turn_latency`` measurement. A screenshot
+is saved as ``playground.png`` in the test's pytest tmp dir (``bench/results/playground.png``,
+shown in the README, is a copy of one).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import httpx
 import pytest
 import websockets
 from fastapi import FastAPI
+from loguru import logger
 
+from agent.observability.metrics import STAGES
 from tests.agent.transports.stack import (
     async_wait_for,
     running_server,
@@ -35,8 +39,8 @@ from tests.fakes.speech import speech_at, words, write_wav
 from tests.fakes.speech_server import SpeechServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 QUESTION = "what is the weather like in paris today"
+FOLLOW_UP = "turn on the lights in the kitchen"
 
 pytestmark = [
     requires_espeak,
@@ -51,6 +55,61 @@ def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, Fast
         settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
         with running_server(settings) as running:
             yield running
+
+
+@pytest.fixture
+def turn_log() -> Iterator[list[dict[str, Any]]]:
+    """The server's ``turn_latency`` log records (their bound fields)."""
+    records: list[dict[str, Any]] = []
+    sink = logger.add(
+        lambda message: records.append(dict(message.record["extra"])),
+        filter=lambda record: record["extra"].get("event") == "turn_latency",
+    )
+    try:
+        yield records
+    finally:
+        logger.remove(sink)
+
+
+# Installed in the page before Connect: remembers what the meter and the "You" pill showed,
+# so a short moment (the VAD hearing the user) is not missed between two polls.
+WATCH_THE_METER = """
+(() => {
+window.__seen = {levels: [], heard: false};
+const meter = document.getElementById('mic-level');
+const pill = document.getElementById('user-speaking');
+new MutationObserver(() => {
+  window.__seen.levels.push(Number(meter.getAttribute('aria-valuenow')));
+  if (meter.classList.contains('heard') && pill.classList.contains('active')) {
+    window.__seen.heard = true;
+  }
+}).observe(document.body, {attributes: true, subtree: true});
+return true;
+})()
+"""
+
+# The latency bar under the bot's reply, as the page shows it.
+READ_THE_BAR = """
+(() => {
+  const box = document.querySelector('.msg.bot .latency');
+  if (!box) return null;
+  const stages = {};
+  for (const s of box.querySelectorAll('.stage')) {
+    stages[s.dataset.stage] = s.querySelector('.ms').textContent;
+  }
+  const segments = Array.from(box.querySelectorAll('.seg'))
+    .map(e => parseFloat(e.style.width));
+  return {total: box.querySelector('.total').textContent, stages, segments};
+})()
+"""
+
+
+async def async_wait_for_page(browser: Browser, expression: str, *, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not await browser.js(expression):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
 
 
 class Browser:
@@ -134,8 +193,8 @@ class Browser:
             self.process.wait()
 
 
-async def test_the_playground_shows_the_users_words_and_the_bots_reply(
-    server: tuple[str, FastAPI],
+async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_level(
+    server: tuple[str, FastAPI], turn_log: list[dict[str, Any]], tmp_path: Path
 ) -> None:
     url, app = server
     registry = app.state.registry
@@ -143,8 +202,11 @@ async def test_the_playground_shows_the_users_words_and_the_bots_reply(
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         pcm = speech_at(QUESTION, 48_000)
         silence = bytes(2 * 48_000)
+        follow_up = speech_at(FOLLOW_UP, 48_000)
         # Chromium starts the file at getUserMedia, before the call is up: lead with silence.
-        wav = write_wav(Path(tmp) / "mic.wav", silence * 4 + pcm + silence * 12, 48_000)
+        # The follow-up comes once the answer is over, for the screenshot.
+        mic = silence * 4 + pcm + silence * 6 + follow_up + silence * 12
+        wav = write_wav(Path(tmp) / "mic.wav", mic, 48_000)
         browser = Browser("about:blank", wav, Path(tmp) / "profile")
         try:
             await browser.attach()
@@ -156,6 +218,7 @@ async def test_the_playground_shows_the_users_words_and_the_bots_reply(
                     break
                 await asyncio.sleep(0.1)
             assert await browser.js("document.getElementById('connect').textContent") == "Connect"
+            assert await browser.js(WATCH_THE_METER)
             await browser.js("document.getElementById('connect').click()")
 
             async def text(selector: str) -> str:
@@ -167,9 +230,11 @@ async def test_the_playground_shows_the_users_words_and_the_bots_reply(
 
             deadline = time.monotonic() + 40
             user = bot = ""
+            bar = None
             while time.monotonic() < deadline:
                 user, bot = await text(".msg.user .text"), await text(".msg.bot .text")
-                if "paris" in words(user) and bot.strip():
+                bar = await browser.js(READ_THE_BAR)
+                if "paris" in words(user) and bot.strip() and bar:
                     break
                 await asyncio.sleep(0.25)
             status = await browser.js("document.getElementById('status').textContent")
@@ -182,10 +247,42 @@ async def test_the_playground_shows_the_users_words_and_the_bots_reply(
             )
             assert registry.stats.active == 1
 
-            await asyncio.sleep(0.5)
-            shot = await browser.send("Page.captureScreenshot", format="png")
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            (ARTIFACTS / "playground.png").write_bytes(base64.b64decode(shot["data"]))
+            # The bar's figures are the server's measurement of this turn, stage by stage.
+            answered = [r for r in turn_log if r["complete"]]
+            assert len(answered) == 1, turn_log
+            assert bar is not None, (user, bot)
+            measured = answered[0]
+            assert bar["total"] == f"{measured['first_audio_out_ms']} ms", (bar, measured)
+            reached = 0
+            for stage in STAGES:  # each stage shows the time it added to the one before
+                at = measured[f"{stage}_ms"]
+                assert isinstance(at, int), measured
+                assert bar["stages"][stage] == str(max(0, at - reached)), (stage, bar, measured)
+                reached = max(reached, at)
+            # The bar's length is the total, on a scale of one second (or the turn, if longer).
+            total = measured["first_audio_out_ms"]
+            assert sum(bar["segments"]) == pytest.approx(100 * total / max(1000, total), abs=0.1)
+
+            # The meter followed the microphone (up with the question, down in the silence),
+            # and the server's VAD was seen hearing the user.
+            seen = await browser.js("window.__seen")
+            assert max(seen["levels"]) >= 30 and min(seen["levels"]) <= 10, seen["levels"][-50:]
+            assert seen["heard"]
+
+            # The screenshot: the answered turn, and the meter up while the follow-up is heard.
+            await async_wait_for_page(
+                browser,
+                "document.getElementById('user-speaking').classList.contains('active') && "
+                "Number(document.getElementById('mic-level').getAttribute('aria-valuenow')) >= 40",
+                what="the follow-up question on the meter",
+            )
+            card = await browser.js(
+                "(() => { const r = document.querySelector('main.card').getBoundingClientRect();"
+                " return {x: r.x - 12, y: r.y - 12, width: r.width + 24, height: r.height + 24,"
+                " scale: 1}; })()"
+            )
+            shot = await browser.send("Page.captureScreenshot", format="png", clip=card)
+            (tmp_path / "playground.png").write_bytes(base64.b64decode(shot["data"]))
 
             await browser.js("document.getElementById('connect').click()")  # Disconnect
             await async_wait_for(

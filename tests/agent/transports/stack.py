@@ -30,6 +30,7 @@ from agent.config import Settings, load_settings
 from agent.server import PipelineFactory, create_app
 from tests.fakes.serving import background
 from tests.fakes.speech_server import ESPEAK_RATE, SpeechServer
+from tests.fakes.telnyx_caller import PUBLIC_KEY as TELNYX_PUBLIC_KEY
 from tests.fakes.twilio_caller import TOKEN
 
 
@@ -56,14 +57,25 @@ def running_server(
 
 
 @contextmanager
-def phone_server(asr_url: str, asr_model: str, *, max_calls: int) -> Iterator[tuple[str, FastAPI]]:
-    """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``) against the
-    offline ASR server and an espeak speech server."""
+def phone_server(
+    asr_url: str,
+    asr_model: str,
+    *,
+    max_calls: int,
+    telnyx: dict[str, Any] | None = None,
+    **server: Any,
+) -> Iterator[tuple[str, FastAPI]]:
+    """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``; Telnyx on,
+    with the test account's public key and ``telnyx`` settings) against the offline ASR server
+    and an espeak speech server; ``server``: more ``server.*`` settings."""
     with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
-            asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls
+            asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls, **server
         )
         settings.twilio.auth_token = TOKEN
+        settings.telnyx = settings.telnyx.model_copy(
+            update={"public_key": TELNYX_PUBLIC_KEY, **(telnyx or {})}
+        )
         with running_server(settings) as running:
             yield running
 

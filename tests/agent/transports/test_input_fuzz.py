@@ -1,6 +1,7 @@
 """Property-based fuzzing of every parser that reads what callers send: a media-stream message
-(in a call and as the first message), the Twilio webhook form, WebRTC offers and ICE patches.
-Each either accepts the input or refuses it with a clear error of its kind, never anything else."""
+(in a call and as the first message, for each carrier), the Twilio webhook form, the Telnyx
+webhook body, WebRTC offers and ICE patches. Each either accepts the input or refuses it with a
+clear error of its kind, never anything else."""
 
 from __future__ import annotations
 
@@ -11,16 +12,24 @@ from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import HTTPException
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipecat.frames.frames import Frame
 
-from agent.config import load_settings
+from agent.config import Settings, load_settings
 from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
 from agent.server import create_app
-from agent.transports.telephony import TwilioProvider, twilio_signature
+from agent.transports.telephony import (
+    StreamStart,
+    TelephonyProvider,
+    TwilioProvider,
+    twilio_signature,
+)
+from agent.transports.telnyx import TelnyxProvider
 from agent.transports.webrtc import _offer_request, _patch_request, sdp_problem
+from tests.fakes.telnyx_caller import PUBLIC_KEY, sign
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
@@ -39,10 +48,18 @@ twilio_messages = st.one_of(
     st.text(max_size=300),
     json_values.map(json.dumps),
     st.fixed_dictionaries(
-        {"event": st.sampled_from(["media", "dtmf", "start", "stop", "mark", "connected", "x"])},
+        {
+            "event": st.sampled_from(
+                ["media", "dtmf", "start", "stop", "mark", "connected", "error", "x"]
+            )
+        },
         optional={
             "streamSid": json_values,
-            "media": st.one_of(json_values, st.fixed_dictionaries({"payload": payloads})),
+            "stream_id": json_values,
+            "media": st.one_of(
+                json_values,
+                st.fixed_dictionaries({"payload": payloads}, optional={"track": json_values}),
+            ),
             "dtmf": st.one_of(json_values, st.fixed_dictionaries({"digit": json_values})),
             "start": st.one_of(
                 json_values,
@@ -52,12 +69,33 @@ twilio_messages = st.one_of(
                         "streamSid": json_values,
                         "callSid": json_values,
                         "customParameters": json_values,
+                        "call_control_id": json_values,
+                        "media_format": st.one_of(
+                            json_values,
+                            st.fixed_dictionaries(
+                                {},
+                                optional={
+                                    "encoding": st.sampled_from(["PCMU", "PCMA", "OPUS"])
+                                    | json_values,
+                                    "sample_rate": st.sampled_from([8000, "8000", 16000])
+                                    | json_values,
+                                    "channels": json_values,
+                                },
+                            ),
+                        ),
                     },
                 ),
             ),
         },
     ).map(json.dumps),
 )
+
+
+TELNYX_SETTINGS = load_settings("default", overrides={"telnyx": {"public_key": PUBLIC_KEY}})
+
+
+def provider(name: str, settings_: Settings = TELNYX_SETTINGS) -> TelephonyProvider:
+    return TwilioProvider(settings_) if name == "twilio" else TelnyxProvider(settings_)
 
 
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
@@ -81,9 +119,31 @@ def test_in_a_call_any_message_is_decoded_or_reported_never_raised(messages: lis
     assert all(isinstance(why, str) and why for why in reported)
 
 
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(twilio_messages, min_size=1, max_size=6), st.sampled_from(["PCMU", "PCMA"]))
+def test_in_a_telnyx_call_any_message_is_decoded_or_reported_never_raised(
+    messages: list[Any], codec: str
+) -> None:
+    reported: list[str] = []
+
+    async def decode() -> list[Frame | None]:
+        start = StreamStart("S1", "v3:1", attributes={"codec": codec})
+        serializer = provider("telnyx").serializer(
+            start, on_stop=lambda: None, on_bad_message=lambda why, sample: reported.append(why)
+        )
+        await serializer.setup(SimpleNamespace(audio_in_sample_rate=8000))  # type: ignore[arg-type]
+        return [await serializer.deserialize(message) for message in messages]
+
+    asyncio.run(decode())
+    assert all(isinstance(why, str) and why for why in reported)
+
+
+@pytest.mark.parametrize("carrier", ["twilio", "telnyx"])
 @settings(max_examples=600)
 @given(st.one_of(json_values, twilio_messages.map(lambda m: m if isinstance(m, str) else "")))
-def test_a_start_message_is_parsed_or_refused_with_a_value_error(message: Any) -> None:
+def test_a_start_message_is_parsed_or_refused_with_a_value_error(
+    carrier: str, message: Any
+) -> None:
     if isinstance(message, str):
         try:
             message = json.loads(message)
@@ -91,9 +151,8 @@ def test_a_start_message_is_parsed_or_refused_with_a_value_error(message: Any) -
             return
     if not isinstance(message, dict):
         return
-    provider = TwilioProvider(load_settings("default"))
     try:
-        start = provider.parse_start(message)
+        start = provider(carrier).parse_start(message)
     except ValueError as exc:
         assert str(exc)
     else:
@@ -184,4 +243,29 @@ def test_the_webhook_answers_any_form_with_twiml_or_403(
     signed, unsigned = asyncio.run(post(True)), asyncio.run(post(False))
     assert signed.status_code == 200 and "<Response>" in signed.text
     assert unsigned.status_code == 403
+    assert app.state.registry.stats.started == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.binary(max_size=300),
+    st.dictionaries(
+        st.sampled_from(["telnyx-timestamp", "telnyx-signature-ed25519", "x"]),
+        st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=90),
+        max_size=3,
+    ),
+)
+def test_the_telnyx_webhook_answers_any_body_with_texml_or_403(
+    body: bytes, headers: dict[str, str]
+) -> None:
+    app = create_app(TELNYX_SETTINGS)
+
+    async def post(signed: bool) -> httpx.Response:
+        sent = sign(body) if signed else headers
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
+            return await c.post("/telephony/telnyx", content=body, headers=sent)
+
+    signed, forged = asyncio.run(post(True)), asyncio.run(post(False))
+    assert signed.status_code == 200 and "<Response>" in signed.text
+    assert forged.status_code == 403
     assert app.state.registry.stats.started == 0

@@ -69,6 +69,9 @@ async def test_a_spoken_question_gets_a_spoken_answer(server: tuple[str, FastAPI
         assert len(live) == 1 and live[0].kind == "webrtc"
         heard = " ".join(live[0].user_transcript)
         assert {"weather", "paris"} <= set(words(heard)), heard
+        await async_wait_for(  # what was played, not what was generated: let a sentence play
+            lambda: bool(live[0].bot_transcript), timeout_s=15, what="a sentence played"
+        )
     finally:
         await client.close()
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")

@@ -1,0 +1,237 @@
+"""Phone calls from Telnyx, the second carrier behind the ``TelephonyProvider`` seam.
+
+Telnyx's flow with a TeXML application: the number's voice webhook ``POST /telephony/telnyx``
+(form-encoded, TwiML-compatible) gets TeXML ``<Connect><Stream url=… bidirectionalMode="rtp">``
+back; Telnyx then opens ``WS /telephony/telnyx/ws`` and sends ``connected``, ``start``
+(``stream_id``; ``start.call_control_id`` and ``start.media_format``), 20 ms G.711 ``media``
+frames, ``dtmf``, ``mark``, ``error`` and finally ``stop``
+(developers.telnyx.com/docs/voice/programmable-voice/media-streaming,
+developers.telnyx.com/docs/voice/programmable-voice/texml-verbs/stream).
+
+The codec: the TeXML asks for ``telnyx.codec`` (PCMU or PCMA) both ways; Telnyx falls back to the
+call's own codec when it cannot transcode, so the caller's audio is decoded as the ``start``
+message's ``media_format.encoding`` says. Anything but 8 kHz mono PCMU/PCMA is refused.
+
+Security: Telnyx signs each webhook with Ed25519 (``telnyx-signature-ed25519`` over
+``telnyx-timestamp|raw body``, developers.telnyx.com/docs/development/api-fundamentals/webhooks);
+the webhook checks it against ``telnyx.public_key`` and refuses a missing, wrong or stale one
+with 403 before anything starts. The stream must come from a call whose webhook was signed:
+rather than rely on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a
+token the webhook signs with ``telnyx.stream_secret``, valid for :data:`STREAM_TOKEN_TTL_S` and
+for one stream only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from fastapi import Request
+from fastapi.responses import Response
+from loguru import logger
+from pipecat.serializers.base_serializer import FrameSerializer
+
+from agent.config import Settings
+from agent.fastpath.telnyx_serializer import G711, BatchingTelnyxSerializer
+from agent.fastpath.twilio_serializer import RealTimeBudget
+from agent.transports.telephony import (
+    AUDIO_BURST_S,
+    INPUT_FRAME_MS,
+    TELEPHONY_SAMPLE_RATE,
+    StreamStart,
+    public_base_url,
+    twiml_reject_busy,
+    websocket_url,
+)
+
+SIGNATURE_HEADER = "telnyx-signature-ed25519"
+TIMESTAMP_HEADER = "telnyx-timestamp"
+
+STREAM_TOKEN_TTL_S = 60.0
+"""How long after the webhook Telnyx may open the media stream (it does so within seconds)."""
+
+CODECS: tuple[G711, ...] = ("PCMU", "PCMA")
+
+
+def signature_problem(
+    public_key: Ed25519PublicKey,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    now: float,
+    tolerance_s: float,
+) -> str | None:
+    """Why the webhook's Ed25519 signature does not hold, or ``None`` when it does."""
+    timestamp = headers.get(TIMESTAMP_HEADER)
+    signature = headers.get(SIGNATURE_HEADER)
+    if not timestamp or not signature:
+        return f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}"
+    try:
+        signed_at = int(timestamp)
+    except ValueError:
+        return f"{TIMESTAMP_HEADER} is not Unix seconds"
+    if abs(now - signed_at) > tolerance_s:
+        return (
+            f"{TIMESTAMP_HEADER} is {now - signed_at:+.0f} s off this server's clock (more "
+            f"than telnyx.signature_tolerance_s = {tolerance_s:g}): a replay, or a wrong clock"
+        )
+    try:
+        raw = base64.b64decode(signature, validate=True)
+        public_key.verify(raw, timestamp.encode() + b"|" + body)
+    except (binascii.Error, ValueError, InvalidSignature):
+        return "the signature does not match telnyx.public_key"
+    return None
+
+
+class StreamTokens:
+    """Single-use, short-lived tokens that tie a media stream to a webhook Telnyx signed."""
+
+    def __init__(
+        self,
+        secret: str,
+        *,
+        ttl_s: float = STREAM_TOKEN_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._key = secret.encode()
+        self._ttl = ttl_s
+        self._clock = clock
+        self._used: dict[str, float] = {}  # nonce -> expiry
+
+    def issue(self) -> str:
+        expires = int(self._clock() + self._ttl)
+        nonce = secrets.token_hex(12)
+        return f"{expires}.{nonce}.{self._mac(expires, nonce)}"
+
+    def redeem(self, token: str) -> bool:
+        """Whether ``token`` is one of ours, unexpired and not used before (it is used now)."""
+        parts = token.split(".")
+        if len(parts) != 3 or not parts[0].isdigit():
+            return False
+        expires, nonce, mac = int(parts[0]), parts[1], parts[2]
+        if not hmac.compare_digest(mac, self._mac(expires, nonce)):
+            return False
+        now = self._clock()
+        self._used = {n: at for n, at in self._used.items() if at >= now}
+        if expires < now or nonce in self._used:
+            return False
+        self._used[nonce] = expires
+        return True
+
+    def _mac(self, expires: int, nonce: str) -> str:
+        message = f"telnyx-stream:{expires}:{nonce}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+
+def texml_stream(url: str, codec: G711) -> str:
+    """TeXML that connects the call to ``url`` as a bidirectional RTP stream in ``codec``."""
+    stream = (
+        f'<Stream url={quoteattr(url)} codec="{codec}" bidirectionalMode="rtp" '
+        f'bidirectionalCodec="{codec}"/>'
+    )
+    return f'<?xml version="1.0" encoding="UTF-8"?><Response><Connect>{stream}</Connect></Response>'
+
+
+def parse_media_format(media_format: Any) -> G711:
+    """The caller's codec from ``start.media_format``; only 8 kHz mono PCMU/PCMA is taken."""
+    if media_format is None:
+        return "PCMU"  # the PSTN default, for a start without a media_format
+    if not isinstance(media_format, dict):
+        raise ValueError("Telnyx 'start.media_format' must be an object")
+    encoding = media_format.get("encoding")
+    rate = media_format.get("sample_rate", TELEPHONY_SAMPLE_RATE)
+    channels = media_format.get("channels", 1)
+    if encoding not in CODECS:
+        raise ValueError(
+            f"unsupported encoding {str(encoding)[:20]!r}: PCMU or PCMA only (telnyx.codec)"
+        )
+    if str(rate) != str(TELEPHONY_SAMPLE_RATE) or str(channels) != "1":
+        raise ValueError(f"unsupported media format {rate!r} Hz x {channels!r}: 8000 Hz mono only")
+    return "PCMU" if encoding == "PCMU" else "PCMA"
+
+
+class TelnyxProvider:
+    """Telnyx media streams behind a TeXML application (on when ``telnyx.public_key`` is set)."""
+
+    name = "telnyx"
+    ws_path = "/telephony/telnyx/ws"
+
+    def __init__(self, settings: Settings) -> None:
+        config = settings.telnyx
+        if not config.public_key:
+            raise ValueError("TelnyxProvider needs telnyx.public_key (every webhook is checked)")
+        self._settings = settings
+        self._public_key = Ed25519PublicKey.from_public_bytes(base64.b64decode(config.public_key))
+        self._tolerance_s = config.signature_tolerance_s
+        self._codec: G711 = config.codec
+        self._tokens = StreamTokens(config.stream_secret or secrets.token_hex(32))
+
+    async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
+        body = await request.body()
+        problem = signature_problem(
+            self._public_key, body, request.headers, now=time.time(), tolerance_s=self._tolerance_s
+        )
+        if problem is not None:
+            logger.warning(f"Telnyx webhook refused: {problem}")
+            return Response(
+                f"Telnyx webhook refused: {problem} (telnyx.public_key must be the account's "
+                "public key from Mission Control, and this server's clock must be right)\n",
+                status_code=403,
+                media_type="text/plain",
+            )
+        if busy:
+            return Response(twiml_reject_busy(), media_type="application/xml")
+        url = websocket_url(public_base_url(request, self._settings), self.ws_path)
+        url = f"{url}?token={self._tokens.issue()}"
+        return Response(texml_stream(url, self._codec), media_type="application/xml")
+
+    def parse_start(self, message: dict[str, Any]) -> StreamStart | None:
+        if message.get("event") != "start":
+            return None
+        start = message.get("start")
+        if not isinstance(start, dict):
+            raise ValueError("Telnyx 'start' must be an object")
+        stream_id = message.get("stream_id")
+        if not isinstance(stream_id, str) or not stream_id:
+            raise ValueError("Telnyx 'start' message has no stream_id")
+        call_control_id = start.get("call_control_id")
+        if not isinstance(call_control_id, str) or not call_control_id:
+            raise ValueError("Telnyx 'start' has no call_control_id")
+        codec = parse_media_format(start.get("media_format"))
+        # the same names as Twilio's facts: Telnyx's TeXML calls the call control id CallSid
+        attributes = {"call_sid": call_control_id, "stream_sid": stream_id, "codec": codec}
+        for key in ("from", "to"):
+            if isinstance(start.get(key), str):
+                attributes[key] = start[key]
+        return StreamStart(stream_id=stream_id, call_id=call_control_id, attributes=attributes)
+
+    def authorize(self, start: StreamStart) -> bool:
+        return self._tokens.redeem(start.query.get("token", ""))
+
+    def serializer(
+        self,
+        start: StreamStart,
+        *,
+        on_stop: Callable[[], None],
+        on_bad_message: Callable[[str, str], None],
+    ) -> FrameSerializer:
+        caller: G711 = "PCMA" if start.attributes.get("codec") == "PCMA" else "PCMU"
+        return BatchingTelnyxSerializer(
+            start.stream_id,
+            caller_encoding=caller,
+            bot_encoding=self._codec,
+            on_stop=on_stop,
+            on_bad_message=on_bad_message,
+            frame_ms=INPUT_FRAME_MS,
+            # G.711: one byte per sample
+            budget=RealTimeBudget(TELEPHONY_SAMPLE_RATE, burst_s=AUDIO_BURST_S),
+        )
