@@ -144,6 +144,16 @@ class TurnSettings(_Section):
         "off (a comma, 'and', 'um', a number being read out); see bench/turn_taking.py.",
     )
     unfinished_wait_s: float = Field(default=0.7, ge=0, le=3)
+    eager_answer: bool = Field(
+        default=False,
+        description="Start the LLM on the stable interim transcript when the VAD stops; kept "
+        "if the final transcript matches, else restarted on it (see bench/eager_answer.py).",
+    )
+    merge_false_ends: bool = Field(
+        default=True,
+        description="When the user goes on before any of the answer was heard, cancel it and "
+        "send both parts to the LLM as one user message.",
+    )
 
 
 class ServerSettings(_Section):

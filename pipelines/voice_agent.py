@@ -7,7 +7,8 @@
                                           (a phone transport runs it inside its input instead)
       → Voxtral realtime STT              interim transcripts, one final per user turn
       → keypresses (phone calls)          "The caller pressed 1." as a transcript; barge-in
-      → user context aggregator           turn taking; barge-in interrupts the bot
+      → user context aggregator           turn taking; barge-in interrupts the bot; an answer
+                                          stays tentative until heard (eager answer, false ends)
       → LLM turn handler                  OpenAI-compatible chat, or the offline responder
       → TTS                               Piper (out of process) or OpenAI-compatible speech
       → transport.output()                resampled to the transport's rate, paced in real time
@@ -35,6 +36,12 @@ quiet; the STT then finalizes the turn and the turn ends once the final transcri
 ``user_speech_timeout_s`` has passed since the VAD stop. Smart Turn v3 (bundled with Pipecat)
 can decide the end of turn instead (``smart_turn``); it is off by default because it judged
 a third of our espeak test questions "unfinished" and waited for its 3 s fallback.
+
+What happens to the answer around the end of turn (:mod:`agent.fastpath.tentative_answer`):
+with ``eager_answer`` the STT sends the stable interim transcript at the VAD stop and the LLM
+starts on it, kept if the final transcript matches and restarted on it if not; with
+``merge_false_ends`` (on) a turn whose answer was not heard yet is taken back when the user
+goes on, so the LLM sees both parts as one message.
 """
 
 from __future__ import annotations
@@ -42,10 +49,7 @@ from __future__ import annotations
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.aggregators.llm_response_universal import (
-    LLMContextAggregatorPair,
-    LLMUserAggregatorParams,
-)
+from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.processors.frameworks.rtvi import RTVIObserverParams
@@ -63,6 +67,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.fastpath.transcript_turn_stop import TranscriptAwareUserTurnStopStrategy
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
 from pipelines.services import (
@@ -93,9 +98,11 @@ def build_voice_agent_task(
     phone = transport if isinstance(transport, CarriesPhoneCall) else None
     tools = call_tools(settings.transfer, settings.dtmf, phone.call_control) if phone else []
     keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
-    user_aggregator, assistant_aggregator = LLMContextAggregatorPair(
+    user_aggregator, assistant_aggregator = tentative_answer_aggregators(
         llm_conversation(settings.llm, tools),
         user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
+        eager_answer=turn.eager_answer,
+        merge_false_ends=turn.merge_false_ends,
     )
     vad = SharedSileroVADAnalyzer(
         params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
@@ -109,7 +116,11 @@ def build_voice_agent_task(
     stages: list[FrameProcessor] = [
         transport_input,
         *vad_stages,
-        stt_service(settings.stt, audio_passthrough=turn.smart_turn),
+        stt_service(
+            settings.stt,
+            audio_passthrough=turn.smart_turn,
+            enable_eager_end_of_turn=turn.eager_answer,
+        ),
         *keypresses,
         user_aggregator,
         llm_service(settings.llm),

@@ -23,6 +23,9 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
 - :mod:`~agent.fastpath.transcript_turn_stop`: an end of turn that waits longer when the words
   trail off (extends ``SpeechTimeoutUserTurnStopStrategy`` through its private state); opt-in.
+- :mod:`~agent.fastpath.tentative_answer`: an answer stays tentative until heard: started on
+  an eager end of turn and kept or restarted on the final transcript, and taken back with its
+  turn when the user goes on before hearing it (extends ``LLMUserAggregator``'s turn hooks).
 
 One more replacement lives outside this wing on purpose: the STT plugin must import nothing
 else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT transport

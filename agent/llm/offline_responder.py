@@ -11,6 +11,10 @@ It speaks the same frames as a Pipecat LLM service: it consumes the ``LLMContext
 the user aggregator pushes at the end of a turn and answers with
 ``LLMFullResponseStartFrame``, a few ``LLMTextFrame`` tokens and ``LLMFullResponseEndFrame``,
 so the TTS sentence aggregation and the assistant aggregator behave exactly as with an LLM.
+Like Pipecat's ``LLMService`` it routes what it pushes through a
+:class:`~pipecat.turns.speculation_gate.SpeculationGate`: an answer to a speculative context
+(an eager end of turn) is held until the turn is confirmed and dropped if it is withdrawn, so
+the offline profile never speaks an answer to words the user had not finished.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.turns.speculation_gate import SpeculationGate
 
 DEFAULT_TEMPLATE = "You said: {text}."
 NOTHING_HEARD = "Sorry, I did not catch that."
@@ -52,6 +57,7 @@ class OfflineResponder(FrameProcessor):
             raise ValueError("template must contain '{text}', e.g. 'You said: {text}.'")
         self._template = template
         self._nothing_heard = nothing_heard
+        self._speculation_gate = SpeculationGate(name=f"{self}::SpeculationGate")
 
     def answer(self, user_text: str) -> str:
         """The reply to one user message (tidied: no trailing punctuation doubled)."""
@@ -63,9 +69,17 @@ class OfflineResponder(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, LLMContextFrame):
+            self._speculation_gate.begin_speculation(frame.speculation)
             await self._respond(frame.context)
         else:
             await self.push_frame(frame, direction)
+
+    async def push_frame(
+        self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM
+    ) -> None:
+        """Everything leaves through the speculation gate, as from Pipecat's ``LLMService``."""
+        for gated_frame, gated_direction in self._speculation_gate.process(frame, direction):
+            await super().push_frame(gated_frame, gated_direction)
 
     async def _respond(self, context: LLMContext) -> None:
         reply = self.answer(last_user_text(context))

@@ -17,6 +17,10 @@ Names (all seconds are measured from the end of the user's speech, see
     voice_agent_calls_{started,ended,refused}_total
     voice_agent_stt_reconnects_total        counter: STT connections after a lost one
     voice_agent_errors_total{kind,category} counter: ErrorFrames (kind: the processor class)
+    voice_agent_eager_answers_total{outcome} counter: answers started on an eager end of turn:
+                                            kept, restarted (final differed), withdrawn
+    voice_agent_false_ends_merged_total     counter: turns taken back unheard, merged with
+                                            the words that followed
 """
 
 from __future__ import annotations
@@ -90,6 +94,21 @@ class AgentMetrics:
             ["kind", "category"],
             registry=self.registry,
         )
+        self.eager_answers = Counter(
+            "voice_agent_eager_answers",
+            "Answers started on an eager end of turn, by outcome: kept (the final transcript "
+            "matched), restarted (on the final text), withdrawn (the user went on).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.false_ends_merged = Counter(
+            "voice_agent_false_ends_merged",
+            "User turns taken back because the user went on before the answer was heard; "
+            "their words went to the LLM with the words that followed, as one message.",
+            registry=self.registry,
+        )
+        for outcome in ("kept", "restarted", "withdrawn"):
+            self.eager_answers.labels(outcome)
         # Children made up front: a stage shows in /metrics (count 0) before its first turn.
         self._stage_children = {stage: self.turn_stage_seconds.labels(stage) for stage in STAGES}
         self._turns_complete = self.turns.labels("true")

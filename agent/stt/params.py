@@ -45,10 +45,15 @@ class RealtimeSTTParams:
     ttfs_p99_latency: float = 0.6
     """Measured P99 from the end of speech to the final transcript (``bench/``); Pipecat's
     turn logic waits this long for a final transcript before giving up on it."""
+    eager_stable_s: float = 0.1
+    """With eager end of turn on: after the VAD stops, the interim transcript counts as
+    stable (and is sent as an ``EagerTranscriptionFrame``) once no new words came for this
+    long (0-2 s)."""
 
     def __post_init__(self) -> None:
         _within("preroll_s", self.preroll_s, 0.0, 2.0)
         _within("chunk_ms", self.chunk_ms, 10, 1000)
+        _within("eager_stable_s", self.eager_stable_s, 0.0, 2.0)
         for name in (
             "stall_timeout_s",
             "final_timeout_s",

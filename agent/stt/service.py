@@ -19,6 +19,14 @@ If the user starts talking again before the previous turn's ``done``, the new tu
 (buffered) and starts the moment the old one finishes, because vLLM runs one generation per
 connection and silently ignores a second non-final commit.
 
+Eager end of turn (``enable_eager_end_of_turn=True``, Pipecat's
+:class:`~pipecat.turns.eager_end_of_turn_mixin.EagerEndOfTurnSTTServiceMixin`): once the VAD
+has stopped and the interim transcript has had no new words for ``params.eager_stable_s``,
+that transcript goes out as an ``EagerTranscriptionFrame``, so an answer can start before the
+final one arrives; the user speaking again withdraws it (``EagerEndOfTurnCancelFrame``), the
+final transcript resolves it. Off by default: what to do with it is the turn strategies' and
+the user aggregator's business.
+
 Whatever ends a call (an end, a cancel) a generation still open gets its final commit, so the
 server frees its memory at once. A session the server closes for idleness (``error`` code
 ``idle_timeout``) is reopened quietly; ``buffer_full`` pauses appends briefly (backpressure)
@@ -51,6 +59,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import STTService
+from pipecat.turns.eager_end_of_turn_mixin import EagerEndOfTurnSTTServiceMixin
 from pipecat.utils.network import QuickFailureTracker, exponential_backoff_time
 from pipecat.utils.time import time_now_iso8601
 
@@ -85,7 +94,7 @@ _ERROR_HINTS = {
 }
 
 
-class VoxtralRealtimeSTTService(STTService):
+class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
     """Pipecat STT service for Voxtral realtime on vLLM (directly or through SageMaker).
 
     Example::
@@ -114,7 +123,8 @@ class VoxtralRealtimeSTTService(STTService):
                 on every reconnect and on every connection rotation).
             settings: ``model`` must be the server's served model name.
             params: Turn, watchdog and reconnect tuning (see :class:`RealtimeSTTParams`).
-            **kwargs: Passed to :class:`STTService`.
+            **kwargs: Passed to :class:`STTService`; ``enable_eager_end_of_turn=True`` sends
+                the stable interim transcript at the VAD stop as an eager end of turn.
         """
         params = params or RealtimeSTTParams()
         default_settings = STTSettings(model=VOXTRAL_MODEL, language=None)
@@ -151,6 +161,8 @@ class VoxtralRealtimeSTTService(STTService):
         self._connection_task: asyncio.Task[None] | None = None
         self._watchdog_task: asyncio.Task[None] | None = None
         self._quick_failures = QuickFailureTracker()
+        self._last_words_at = 0.0  # when the head turn's interim text last grew
+        self._eager_task: asyncio.Task[None] | None = None
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -195,6 +207,7 @@ class VoxtralRealtimeSTTService(STTService):
 
     async def _shutdown(self) -> None:
         self._disconnecting = self._finished = True
+        await self._stop_eager_wait()
         if self._generation_open and self._channel is not None:
             # A generation left open pins the server's memory until its idle timeout (vLLM
             # #46815): end it, whatever ended the call.
@@ -260,6 +273,9 @@ class VoxtralRealtimeSTTService(STTService):
         if self._speaking:
             return
         self._speaking = True
+        # The user goes on: an eager end of turn predicted at the last VAD stop was wrong.
+        await self._stop_eager_wait()
+        await self._cancel_eager_end_of_turn()
         turn = Turn(chunk_bytes=self._chunk_bytes, max_bytes=self._max_turn_bytes)
         preroll = self._preroll
         seed = preroll.take()
@@ -284,6 +300,9 @@ class VoxtralRealtimeSTTService(STTService):
             self._turns.pop()
         elif turn is self._turns[0] and self._generation_open and self._channel is not None:
             await self._finish_generation(turn)
+        if self.eager_end_of_turn_enabled and self._turns and turn is self._turns[0]:
+            await self._stop_eager_wait()
+            self._eager_task = self.create_task(self._eager_when_stable(turn), "stt_eager")
 
     async def _begin_generation(self, turn: Turn) -> None:
         """Start the head turn's generation: commit, then all its audio so far.
@@ -296,6 +315,7 @@ class VoxtralRealtimeSTTService(STTService):
                 return
             self._generation_open = True
             self._generation_started_at = self._last_event_at = time.monotonic()
+            self._last_words_at = self._generation_started_at
             turn.text = ""
             await self._send(Commit(final=False).to_json())
             await self._send(encode_pcm_append(audio))
@@ -343,6 +363,7 @@ class VoxtralRealtimeSTTService(STTService):
             return
         turn = self._turns[0]
         turn.text += delta
+        self._last_words_at = time.monotonic()
         await self.push_frame(
             InterimTranscriptionFrame(turn.text.strip(), self._user_id, time_now_iso8601())
         )
@@ -353,6 +374,8 @@ class VoxtralRealtimeSTTService(STTService):
             return
         turn = self._turns[0]
         text = event.text.strip() or turn.text.strip()
+        await self._stop_eager_wait()
+        self._clear_eager_end_of_turn()  # the final transcript settles the prediction
         if self._final_sent_at is not None:
             logger.debug(
                 f"{self}: final after {time.monotonic() - self._final_sent_at:.3f} s "
@@ -386,6 +409,30 @@ class VoxtralRealtimeSTTService(STTService):
         if code == "processing_error" and self._generation_open:
             # The server dropped the generation: restart it with the turn's audio.
             await self._restart_generation("the server reported a processing error")
+
+    # ------------------------------------------------------------------ eager end of turn
+
+    async def _eager_when_stable(self, turn: Turn) -> None:
+        """Send ``turn``'s interim transcript as an eager end of turn once it stops growing.
+
+        Runs from the VAD stop until the final transcript (which cancels it); sends nothing
+        for a turn with no words yet.
+        """
+        stable_s = self._params.eager_stable_s
+        while True:
+            wait = self._last_words_at + stable_s - time.monotonic()
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait)
+        self._eager_task = None
+        text = turn.text.strip()
+        if text and not self._speaking and self._turns and self._turns[0] is turn:
+            await self._push_eager_end_of_turn(text, user_id=self._user_id)
+
+    async def _stop_eager_wait(self) -> None:
+        task, self._eager_task = self._eager_task, None
+        if task is not None and task is not asyncio.current_task():
+            await self.cancel_task(task)
 
     # ------------------------------------------------------------------ connection
 

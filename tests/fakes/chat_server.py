@@ -6,7 +6,8 @@ a ``finish_reason`` chunk, a usage chunk, ``data: [DONE]``. Asked with tools, it
 result is in the conversation it answers quoting it. Otherwise it streams ``answer`` a word
 at a time. A ``script`` replaces all that: given the conversation, it returns the text to say
 or a :class:`ToolCall` to make, as a model would decide (a test's model that transfers callers
-who ask for a person). ``GET /v1/models`` answers as readiness probes expect.
+who ask for a person). Each answer waits ``first_token_delay_s`` first (a model's time to
+first token). ``GET /v1/models`` answers as readiness probes expect.
 
     with ChatServer() as chat:              # tests: a thread serves it, requests are recorded
         settings.llm.base_url = chat.base_url
@@ -48,6 +49,7 @@ class ChatServer(RouterServer):
         record: Keep every request body in ``requests`` and its headers in ``headers``
             (off for benches).
         script: Decides every answer instead (see the module docstring).
+        first_token_delay_s: How long each answer waits before its first chunk.
     """
 
     def __init__(
@@ -56,9 +58,11 @@ class ChatServer(RouterServer):
         *,
         record: bool = True,
         script: Script | None = None,
+        first_token_delay_s: float = 0.0,
     ) -> None:
         self.answer = answer
         self.script = script
+        self.first_token_delay_s = first_token_delay_s
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._record = record
@@ -78,6 +82,8 @@ class ChatServer(RouterServer):
 
     def _stream(self, body: dict[str, Any]) -> Iterator[str]:
         model = str(body.get("model", ""))
+        if self.first_token_delay_s:
+            time.sleep(self.first_token_delay_s)  # a worker thread: Starlette iterates it there
         if self.script is not None:
             decision = self.script(list(body.get("messages", [])))
             if isinstance(decision, ToolCall):

@@ -11,6 +11,8 @@ import asyncio
 from typing import Any
 
 from pipecat.frames.frames import (
+    EagerEndOfTurnCancelFrame,
+    EagerTranscriptionFrame,
     ErrorFrame,
     Frame,
     InputAudioRawFrame,
@@ -35,10 +37,13 @@ class Recorder(FrameProcessor):
         self.finals: asyncio.Queue[TranscriptionFrame] = asyncio.Queue()
         self.interims: list[InterimTranscriptionFrame] = []
         self.errors: list[ErrorFrame] = []
+        self.eager: list[EagerTranscriptionFrame | EagerEndOfTurnCancelFrame] = []
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, TranscriptionFrame):
+        if isinstance(frame, (EagerTranscriptionFrame, EagerEndOfTurnCancelFrame)):
+            self.eager.append(frame)
+        elif isinstance(frame, TranscriptionFrame):
             self.finals.put_nowait(frame)
         elif isinstance(frame, InterimTranscriptionFrame):
             self.interims.append(frame)
