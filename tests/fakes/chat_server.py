@@ -66,6 +66,7 @@ class ChatServer(RouterServer):
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._record = record
+        self._call_ids = itertools.count(1)  # per server, so a test's first tool call is call_1
         super().__init__()
         self.router.add_api_route("/v1/models", self._models, methods=["GET"])
         self.router.add_api_route("/v1/chat/completions", self._completions, methods=["POST"])
@@ -80,6 +81,9 @@ class ChatServer(RouterServer):
             self.headers.append(dict(request.headers))
         return StreamingResponse(self._stream(body), media_type="text/event-stream")
 
+    def _next_call_id(self) -> str:
+        return f"call_{next(self._call_ids)}"
+
     def _stream(self, body: dict[str, Any]) -> Iterator[str]:
         model = str(body.get("model", ""))
         if self.first_token_delay_s:
@@ -87,7 +91,9 @@ class ChatServer(RouterServer):
         if self.script is not None:
             decision = self.script(list(body.get("messages", [])))
             if isinstance(decision, ToolCall):
-                yield from _tool_call(model, decision.name, json.dumps(decision.arguments))
+                yield from _tool_call(
+                    model, self._next_call_id(), decision.name, json.dumps(decision.arguments)
+                )
             else:
                 yield from _text(model, decision)
             yield "data: [DONE]\n\n"
@@ -97,7 +103,9 @@ class ChatServer(RouterServer):
             result = json.loads(tool_results[-1]["content"])
             yield from _text(model, f"The time tool answered for {result['timezone']}.")
         elif body.get("tools"):
-            yield from _tool_call(model, "get_current_time", '{"timezone": "Europe/Paris"}')
+            yield from _tool_call(
+                model, self._next_call_id(), "get_current_time", '{"timezone": "Europe/Paris"}'
+            )
         else:
             yield from _text(model, self.answer)
         yield "data: [DONE]\n\n"
@@ -133,13 +141,10 @@ def _text(model: str, text: str) -> Iterator[str]:
     yield _usage(model)
 
 
-_CALL_IDS = itertools.count(1)
-
-
-def _tool_call(model: str, name: str, arguments: str) -> Iterator[str]:
+def _tool_call(model: str, call_id: str, name: str, arguments: str) -> Iterator[str]:
     call = {
         "index": 0,
-        "id": f"call_{next(_CALL_IDS)}",
+        "id": call_id,
         "type": "function",
         "function": {"name": name, "arguments": ""},
     }
