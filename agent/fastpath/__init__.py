@@ -18,7 +18,8 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
 - :mod:`~agent.fastpath.twilio_serializer`: 60 ms input frames on phone calls
   (``TwilioFrameSerializer``'s private resampler fields).
 - :mod:`~agent.fastpath.telnyx_serializer`: the same for Telnyx calls
-  (``TelnyxFrameSerializer``'s private resampler fields).
+  (``TelnyxFrameSerializer``'s private resampler fields); both read their messages with
+  :mod:`~agent.fastpath.media_stream_reader`.
 - :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
 - :mod:`~agent.fastpath.transcript_turn_stop`: an end of turn that waits longer when the words

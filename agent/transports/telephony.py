@@ -47,7 +47,8 @@ from starlette.requests import HTTPConnection
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
-from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
+from agent.fastpath.media_stream_reader import RealTimeBudget
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
 from agent.rate_limit import PerSourceLimiter
 from agent.transports.call_control import CallControl, CallControlOutputTransport, TwilioCallControl

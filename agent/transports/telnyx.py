@@ -41,8 +41,8 @@ from loguru import logger
 from pipecat.serializers.base_serializer import FrameSerializer
 
 from agent.config import Settings
+from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.telnyx_serializer import G711, BatchingTelnyxSerializer
-from agent.fastpath.twilio_serializer import RealTimeBudget
 from agent.transports.telephony import (
     AUDIO_BURST_S,
     INPUT_FRAME_MS,

@@ -14,7 +14,8 @@ from pipecat.serializers.base_serializer import FrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
 
 from agent.config import load_settings
-from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
+from agent.fastpath.media_stream_reader import RealTimeBudget
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.transports.telephony import (
     INPUT_FRAME_MS,
     TELEPHONY_SAMPLE_RATE,

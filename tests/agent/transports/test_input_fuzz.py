@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from pipecat.frames.frames import Frame
 
 from agent.config import Settings, load_settings
-from agent.fastpath.twilio_serializer import BatchingTwilioSerializer, RealTimeBudget
+from agent.fastpath.media_stream_reader import RealTimeBudget
+from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.server import create_app
 from agent.transports.telephony import (
     StreamStart,
