@@ -90,7 +90,6 @@ class _ShortWindowDecoder:
     MAX_WINDOW_FRAMES = 3000
     COMPRESSION_RATIO_THRESHOLD = 2.4  # faster-whisper's defaults
     LOG_PROB_THRESHOLD = -1.0
-    NO_SPEECH_THRESHOLD = 0.6
 
     def __init__(self, model: Any) -> None:
         import ctranslate2
@@ -121,18 +120,15 @@ class _ShortWindowDecoder:
             beam_size=1,
             max_length=len(self._prompt) + int(16 + 8 * seconds),
             return_scores=True,
-            return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=self._suppress,
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # generate() length-normalises the score; faster-whisper's average is over len + 1
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if (
-            result.no_speech_prob > self.NO_SPEECH_THRESHOLD
-            and avg_logprob < self.LOG_PROB_THRESHOLD
-        ):
-            return ""  # faster-whisper drops such a segment as silence too
+        # Doubtful (faster-whisper would retry at a higher temperature, or drop it as silence
+        # when no_speech_prob is high too): the full path decides. Short windows hallucinate
+        # more on audio that starts mid-word, so this is not rare enough to guess "".
         text = self._tokenizer.decode(tokens).strip()
         if (
             avg_logprob < self.LOG_PROB_THRESHOLD
