@@ -20,7 +20,7 @@ turn with each stage's time from the end of speech, and this bench reads those l
 Client and server share one process and ``time.monotonic``. The observer's stages are timed
 from its own estimate of the end of speech (the VAD stop minus ``stop_secs``); the observer
 runs inline, so its line is logged the moment the first answer audio goes out, and that
-moment ties its times to the caller's. Two configurations, one run:
+moment ties its times to the caller's. Three configurations, one run:
 
 - ``default``: the offline profile as ``voice-agent serve`` starts it -- the CPU ASR server
   (faster-whisper tiny.en behind vLLM's realtime protocol) and Piper's HTTP server as child
@@ -31,6 +31,13 @@ moment ties its times to the caller's. Two configurations, one run:
   short SSE answer (so the LLM service path is exercised) and an OpenAI-compatible
   ``/v1/audio/speech`` returning a fixed tone. What is left is our server's own overhead
   (plus Silero VAD, which is part of it).
+- ``stock``: the baseline, a stock offline Pipecat bot (:mod:`bench.stock_bot`: Silero VAD,
+  Pipecat's ``WhisperSTTService`` with the same tiny.en, the same responder, Pipecat's
+  ``PiperTTSService`` with the same voice) in a child process. It has no stage marks, only
+  what the caller hears; the report ends with ours as ratios of it.
+
+All configurations are started first, then their calls take turns (call 1 to each, call 2 to
+each …), so a machine shared with other work loads them alike.
 
 Everything it starts, it stops. Results go to ``bench/results/voice_latency.md``.
 
