@@ -18,14 +18,16 @@ its own rate as usual, so there is one resampling step, not two.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import aiohttp
-from pipecat.frames.frames import ErrorFrame, Frame, StartFrame
+from pipecat.frames.frames import ErrorFrame, Frame, StartFrame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings as PipecatTTSSettings
-from pipecat.services.tts_service import TTSService
+from pipecat.services.tts_service import TextAggregationMode, TTSService
 
+from agent.first_clause import FirstClauseTextAggregator, RealTimeFactor
 from agent.local.piper_server import SYNTHESIZE_PATH, PiperUnavailable, voice_name
 from agent.stt.channels import bearer_auth
 
@@ -117,10 +119,41 @@ async def _iter_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]
 
 
 class PiperHTTPTTSService(HTTPSpeechService):
-    """Piper's HTTP server (``python -m piper.http_server``), out of process."""
+    """Piper's HTTP server (``python -m piper.http_server``), out of process.
 
-    def __init__(self, *, base_url: str, voice: str | None = None, **kwargs: Any) -> None:
+    Piper answers a whole WAV per request, so the first request's length is the first
+    audio's delay: each answer's first clause is sent on its own
+    (:class:`agent.first_clause.FirstClauseTextAggregator`), the rest as whole sentences.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        voice: str | None = None,
+        first_clause_min_words: int | None = 2,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(url=base_url.rstrip("/") + SYNTHESIZE_PATH, voice=voice, **kwargs)
+        self.real_time_factor = RealTimeFactor()
+        if first_clause_min_words is not None and not self._is_streaming_tokens:
+            # Pipecat 1.14's TTSService takes no aggregator argument; this is the attribute
+            # it aggregates with (tests/pipelines/test_tts.py notices if that changes).
+            self._text_aggregator = FirstClauseTextAggregator(
+                min_words=first_clause_min_words,
+                split_allowed=self.real_time_factor.fast_enough,
+                aggregation_type=TextAggregationMode.SENTENCE,
+            )
+
+    async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
+        started = time.monotonic()
+        audio_s = 0.0
+        async for frame in super().run_tts(text, context_id):
+            if isinstance(frame, TTSAudioRawFrame):
+                audio_s += len(frame.audio) / (2 * frame.sample_rate * frame.num_channels)
+            yield frame
+        # Piper answers once the whole WAV is made: the time to its end is the synthesis.
+        self.real_time_factor.add(time.monotonic() - started, audio_s)
 
     def request_body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {"text": text}

@@ -20,7 +20,7 @@ turn with each stage's time from the end of speech, and this bench reads those l
 Client and server share one process and ``time.monotonic``. The observer's stages are timed
 from its own estimate of the end of speech (the VAD stop minus ``stop_secs``); the observer
 runs inline, so its line is logged the moment the first answer audio goes out, and that
-moment ties its times to the caller's. Two configurations, one run:
+moment ties its times to the caller's. Three configurations, one run:
 
 - ``default``: the offline profile as ``voice-agent serve`` starts it -- the CPU ASR server
   (faster-whisper tiny.en behind vLLM's realtime protocol) and Piper's HTTP server as child
@@ -31,6 +31,13 @@ moment ties its times to the caller's. Two configurations, one run:
   short SSE answer (so the LLM service path is exercised) and an OpenAI-compatible
   ``/v1/audio/speech`` returning a fixed tone. What is left is our server's own overhead
   (plus Silero VAD, which is part of it).
+- ``stock``: the baseline, a stock offline Pipecat bot (:mod:`bench.stock_bot`: Silero VAD,
+  Pipecat's ``WhisperSTTService`` with the same tiny.en, the same responder, Pipecat's
+  ``PiperTTSService`` with the same voice) in a child process. It has no stage marks, only
+  what the caller hears; the report ends with ours as ratios of it.
+
+All configurations are started first, then their calls take turns (call 1 to each, call 2 to
+each …), so a machine shared with other work loads them alike.
 
 Everything it starts, it stops. Results go to ``bench/results/voice_latency.md``.
 
@@ -60,7 +67,7 @@ from loguru import logger
 
 from agent.local.supervisor import ChildSpec, Supervisor
 from agent.observability.metrics import STAGES
-from bench import peers
+from bench import peers, stock_bot
 from tests.fakes.serving import free_port
 from tests.fakes.twilio_caller import TwilioCaller, ulaw_speech
 
@@ -72,6 +79,8 @@ QUESTIONS = (
     "what is the weather like in paris today",
     "i would like to book a table for two people",
 )
+DEFAULT_CONFIGURATIONS = ["default", "stock", "instant"]
+DEFAULT_CALLS = 4
 TONE_SECONDS = 0.4
 """Length of the instant TTS peer's answer."""
 
@@ -144,10 +153,20 @@ async def running_server(settings: Any) -> AsyncIterator[str]:
 
 
 def configuration(name: str) -> tuple[Any, list[ChildSpec]]:
-    """Settings and the child processes to supervise for ``default`` or ``instant``."""
+    """Settings and the child processes to supervise for ``default`` or ``instant``; for
+    ``stock`` (not our server, so no settings) the URL to dial and the stock bot's child."""
     from agent.config import load_settings
     from agent.serve import local_children
 
+    if name == "stock":
+        port = free_port()
+        child = ChildSpec(
+            name="stock-bot",
+            argv=[sys.executable, "-m", "bench.stock_bot", "--port", str(port)],
+            ready_url=f"http://127.0.0.1:{port}{stock_bot.HEALTH_PATH}",
+            env={"PYTHONPATH": str(ROOT)},
+        )
+        return f"ws://127.0.0.1:{port}{stock_bot.WS_PATH}", [child]
     log_turns = {"log_turns": True}  # the stages come from these lines
     if name == "default":
         asr_port, tts_port = free_port(), free_port()
@@ -207,11 +226,19 @@ class Turn:
 
 
 def timeline(
-    lines: TurnLines, caller: TwilioCaller, speech_start: float, speech_end: float
+    lines: TurnLines | None, caller: TwilioCaller, speech_start: float, speech_end: float
 ) -> Turn:
     """The turn's milestones from the caller's end of speech: the product's stages, placed
     on the caller's clock by the moment the observer logged the answered turn."""
     marks: dict[str, float] = {}
+    if lines is None:  # the stock bot: only what the caller hears
+        heard = caller.first_loud(speech_end)
+        if heard is None:
+            return Turn("", marks, "no loud audio at the caller")
+        early = caller.first_loud(speech_start)
+        marks["heard"] = heard - speech_end
+        problem = "bot audio started before the question ended" if early != heard else None
+        return Turn("", marks, problem)
     answered = lines.answered(speech_end)
     if not answered:
         return Turn("", marks, "no answered turn_latency line")
@@ -231,43 +258,87 @@ def timeline(
     return Turn("", marks, problem)
 
 
-async def measure(name: str, turns: int, calls: int, voice: str, warmup: int) -> list[Turn]:
-    """Start the configuration, place ``calls`` calls with ``turns`` turns in all, stop it."""
+@contextlib.asynccontextmanager
+async def started(name: str) -> AsyncIterator[str]:
+    """Start one configuration (its children, and our server unless it is ``stock``); yields
+    the media-stream URL the caller dials."""
     settings, children = configuration(name)
-    questions = {q: ulaw_speech(q, voice=voice, trim=True) for q in QUESTIONS}
+    began = time.monotonic()
+    async with Supervisor(children) as _supervisor:
+        if isinstance(settings, str):  # the stock bot: its own server, in its child
+            url = settings
+            print(f"[{name}] ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
+            yield url
+            return
+        async with running_server(settings) as url:
+            print(f"[{name}] ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
+            yield url
+
+
+async def one_call(
+    name: str,
+    url: str,
+    call_sid: str,
+    questions: list[tuple[str, bytes]],
+    lines: TurnLines | None,
+    warmup: int,
+) -> list[Turn]:
+    """One phone call asking ``questions`` in turn; the first ``warmup`` turns are not kept."""
     results: list[Turn] = []
+    async with websockets.connect(url, compression=None) as ws:
+        caller = TwilioCaller(ws, call_sid)
+        await caller.start()
+        async with caller.quiet():
+            await asyncio.sleep(0.6)  # the STT connects while Twilio sends silence
+        for turn_no, (text, audio) in enumerate(questions):
+            speech_start = time.monotonic()
+            speech_end = await caller.speak(audio)
+            async with caller.quiet():
+                await wait_bot_done(caller, speech_end, quiet_s=0.5, timeout_s=15)
+                await asyncio.sleep(0.3)  # let the turn's line reach the log
+            turn = timeline(lines, caller, speech_start, speech_end)
+            turn.question = text
+            if turn_no < warmup:
+                continue
+            results.append(turn)
+            total = turn.marks.get("heard")
+            shown = f"{total * 1e3:.0f} ms" if total is not None else turn.problem
+            print(f"[{name}] turn {len(results)}: {shown}", file=sys.stderr)
+        await caller.stop()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(caller.closed.wait(), 10)  # the server hangs up
+        await caller.close()
+    return results
+
+
+async def measure(
+    names: list[str], turns: int, calls: int, voice: str, warmup: int
+) -> dict[str, list[Turn]]:
+    """Start every configuration, then place ``calls`` calls to each, taking turns (call 1 to
+    each, then call 2 to each …) so that a machine shared with others loads them alike."""
+    audio = {q: ulaw_speech(q, voice=voice, trim=True) for q in QUESTIONS}
     per_call = [turns // calls + (1 if i < turns % calls else 0) for i in range(calls)]
-    started = time.monotonic()
+    results: dict[str, list[Turn]] = {name: [] for name in names}
+    asked = dict.fromkeys(names, 0)
     with turn_lines() as lines:
-        async with Supervisor(children) as _supervisor, running_server(settings) as url:
-            print(f"[{name}] ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
-            index = 0
+        async with contextlib.AsyncExitStack() as stack:
+            urls = {name: await stack.enter_async_context(started(name)) for name in names}
             for call, count in enumerate(per_call):
-                async with websockets.connect(url, compression=None) as ws:
-                    caller = TwilioCaller(ws, f"CA{call:04d}")
-                    await caller.start()
-                    async with caller.quiet():
-                        await asyncio.sleep(0.6)  # the STT connects while Twilio sends silence
-                    for turn_no in range(count + (warmup if call == 0 else 0)):
-                        text = QUESTIONS[index % len(QUESTIONS)]
-                        index += 1
-                        speech_start = time.monotonic()
-                        speech_end = await caller.speak(questions[text])
-                        async with caller.quiet():
-                            await wait_bot_done(caller, speech_end, quiet_s=0.5, timeout_s=15)
-                            await asyncio.sleep(0.3)  # let the turn's line reach the log
-                        turn = timeline(lines, caller, speech_start, speech_end)
-                        turn.question = text
-                        if call == 0 and turn_no < warmup:
-                            continue
-                        results.append(turn)
-                        total = turn.marks.get("heard")
-                        shown = f"{total * 1e3:.0f} ms" if total is not None else turn.problem
-                        print(f"[{name}] turn {len(results)}: {shown}", file=sys.stderr)
-                    await caller.stop()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(caller.closed.wait(), 10)  # the server hangs up
-                    await caller.close()
+                for name in names:
+                    extra = warmup if call == 0 else 0
+                    questions = []
+                    for _ in range(count + extra):
+                        text = QUESTIONS[asked[name] % len(QUESTIONS)]
+                        asked[name] += 1
+                        questions.append((text, audio[text]))
+                    results[name] += await one_call(
+                        name,
+                        urls[name],
+                        f"CA{call:04d}",
+                        questions,
+                        None if name == "stock" else lines,
+                        extra,
+                    )
     return results
 
 
@@ -283,6 +354,8 @@ def increments(turn: Turn) -> dict[str, float]:
     out: dict[str, float] = {}
     previous = 0.0
     for mark in MARKS:
+        if mark not in turn.marks:
+            continue  # the stock bot has no stage marks, only what the caller heard
         out[mark] = turn.marks[mark] - previous
         previous = turn.marks[mark]
     out["total"] = turn.marks["heard"]
@@ -301,7 +374,12 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         f"({platform.machine()}, Python {platform.python_version()}), "
         f"{seconds:.0f} s in all. Command: `.venv/bin/python -m bench.voice_latency"
         + (" --quick" if args.quick else f" --turns {args.turns}")
-        + ("" if len(args.configurations) == 2 else f" --configurations {names[0]}")
+        + (
+            ""
+            if args.configurations == DEFAULT_CONFIGURATIONS
+            else f" --configurations {','.join(names)}"
+        )
+        + (f" --calls {args.calls}" if args.calls != DEFAULT_CALLS else "")
         + "`.",
         f"Caller: {args.voice} voice questions ({len(QUESTIONS)} sentences in turn), 20 ms 8 kHz "
         "μ-law frames at real-time pace, silence between questions; "
@@ -310,7 +388,12 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         "`default` = offline profile (ASR server: faster-whisper tiny.en; Piper; offline "
         "responder), ASR and Piper as child processes as `voice-agent serve` runs them. "
         "`instant` = scripted STT, chat (SSE) and speech peers in a child process answering "
-        "at once: our server's own overhead, Silero VAD included.",
+        "at once: our server's own overhead, Silero VAD included. "
+        "`stock` = a stock offline Pipecat bot (`bench/stock_bot.py`: Silero VAD → Pipecat's "
+        "`WhisperSTTService` with the same tiny.en → the same responder → Pipecat's "
+        "`PiperTTSService` with the same voice) in a child process, the same end-of-turn "
+        "settings; it has no stage marks, only what the caller hears. Calls to the "
+        "configurations take turns, so a shared machine loads them alike.",
         "",
         "| stage (ms, each from the previous mark) | "
         + " | ".join(f"{n} p50 | {n} p95" for n in names)
@@ -321,7 +404,8 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
     for kind, label in (*LABELS.items(), total):
         cells = []
         for name in names:
-            values = [inc[kind] for inc in good[name]]
+            staged = name != "stock" or kind == "total"  # stock: only what the caller heard
+            values = [inc[kind] for inc in good[name]] if staged else []
             if values:
                 cells += [
                     f"{statistics.median(values) * 1e3:.0f}",
@@ -331,6 +415,19 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
                 cells += ["-", "-"]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
+    if "stock" in names and good["stock"]:
+        stock = [inc["total"] for inc in good["stock"]]
+        for name in names:
+            ours = [inc["total"] for inc in good[name]]
+            if name == "stock" or not ours:
+                continue
+            p50 = statistics.median(ours) / statistics.median(stock)
+            p95 = percentile(ours, 0.95) / percentile(stock, 0.95)
+            lines.append(
+                f"**`{name}` / `stock`, voice-to-voice: p50 {p50:.2f}x, p95 {p95:.2f}x** "
+                "(same run)."
+            )
+        lines.append("")
     for name in names:
         bad = [t for t in results[name] if t.problem is not None]
         lines.append(
@@ -360,8 +457,7 @@ async def run(args: argparse.Namespace) -> tuple[str, bool]:
     turns = 5 if args.quick else args.turns
     started = time.monotonic()
     results: dict[str, list[Turn]] = {}
-    for name in args.configurations:
-        results[name] = await measure(name, turns, args.calls, args.voice, warmup=1)
+    results.update(await measure(args.configurations, turns, args.calls, args.voice, warmup=1))
     ok = all(any(t.problem is None for t in turns) for turns in results.values())
     return render(results, args, time.monotonic() - started), ok
 
@@ -369,21 +465,23 @@ async def run(args: argparse.Namespace) -> tuple[str, bool]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=20, help="measured turns per configuration")
-    parser.add_argument("--calls", type=int, default=2, help="calls the turns are spread over")
+    parser.add_argument(
+        "--calls", type=int, default=DEFAULT_CALLS, help="calls the turns are spread over"
+    )
     parser.add_argument("--quick", action="store_true", help="5 turns per configuration")
     parser.add_argument("--voice", choices=("piper", "espeak"), default="piper")
     parser.add_argument("--output", default=str(RESULTS), help="where to write the table")
     parser.add_argument(
         "--configurations",
-        default="default,instant",
-        help="comma list of default, instant (one alone: a quicker check)",
+        default=",".join(DEFAULT_CONFIGURATIONS),
+        help="comma list of default, stock, instant (fewer: a quicker check)",
     )
     args = parser.parse_args(argv)
     if args.turns < 1 or args.calls < 1:
         parser.error("--turns and --calls must be at least 1")
     args.configurations = [c.strip() for c in args.configurations.split(",") if c.strip()]
-    if not args.configurations or set(args.configurations) - {"default", "instant"}:
-        parser.error("--configurations takes a comma list of default, instant")
+    if not args.configurations or set(args.configurations) - set(DEFAULT_CONFIGURATIONS):
+        parser.error("--configurations takes a comma list of default, stock, instant")
     report, ok = asyncio.run(run(args))
     print(report)
     output = Path(args.output)

@@ -31,8 +31,11 @@ What the client sees, mirroring vLLM's ``RealtimeConnection`` (``speech_to_text/
   is queued, a final commit is answered with ``error`` code ``server_busy`` (an overloaded
   vLLM would queue; this CPU stand-in says so instead of queueing without bound).
 
-If the audio after the last partial decode is only silence, ``done`` reuses that decode
-instead of decoding again, so a turn ended by a client's VAD is answered in milliseconds.
+The server decodes while the caller speaks, so that little is left at the final commit:
+besides the periodic partials, a partial starts as soon as the speech has been followed by
+:data:`ENDPOINT_SILENCE_S` of quiet. If the audio after the last partial decode is only
+silence, ``done`` reuses that decode instead of decoding again, so a turn ended by a
+client's VAD (which waits for more quiet than that) is answered in milliseconds.
 """
 
 from __future__ import annotations
@@ -93,6 +96,12 @@ decoder for long (a 588 s session used to hold it for 46 s)."""
 MIN_PARTIAL_S = 0.3
 """Shorter buffers aren't worth a partial decode: whisper only guesses at them."""
 
+ENDPOINT_SILENCE_S = 0.1
+"""Quiet after speech that starts a partial decode at once, whatever the interval: the
+caller has probably finished, and the decode that covers their last word should be done
+before the client's VAD (hundreds of ms of quiet) sends the final commit, so ``done``
+can reuse it."""
+
 STEP_SAMPLES = 1280
 """vLLM's realtime step (80 ms): ``usage.prompt_tokens`` counts these, like Voxtral's."""
 
@@ -132,6 +141,7 @@ class RealtimeSession:
         self._send_lock = asyncio.Lock()
         self._validated = False
         self._buffer = bytearray()
+        self._loudness = _Loudness()
         self._audio_arrived = asyncio.Event()
         self._final_requested = asyncio.Event()
         self._finishing = False
@@ -202,6 +212,7 @@ class RealtimeSession:
             )
             return
         self._buffer += pcm
+        self._loudness.extend(self._buffer)
         self._audio_arrived.set()
 
     async def _commit(self, event: Commit) -> None:
@@ -255,8 +266,13 @@ class RealtimeSession:
                     arrived.cancel()
                     continue
                 delay = next_start - loop.time()
-                if delay > 0:
-                    await asyncio.wait({final}, timeout=delay)
+                if delay > 0 and not self._speech_ended_after(covered):
+                    self._audio_arrived.clear()  # woken by audio: has the speech ended?
+                    arrived = loop.create_task(self._audio_arrived.wait())
+                    await asyncio.wait(
+                        {arrived, final}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    arrived.cancel()
                     continue
                 try:
                     hypothesis, spent = await self._partial(final)
@@ -349,18 +365,21 @@ class RealtimeSession:
         """The last partial stands for the whole turn if only silence came after it.
 
         This is what makes ``done`` fast: a client ends a turn after its VAD heard silence,
-        and by then the partial decodes have usually covered the speech.
+        and by then a partial decode (started when the speech ended, see
+        :data:`ENDPOINT_SILENCE_S`) has usually covered the speech.
         """
-        if last.samples >= samples:
-            return True
-        audio = self._audio(samples)
-        head, tail = audio[: last.samples], audio[last.samples :]
-        return _loudest_window(tail) < max(
-            _SILENCE_FLOOR, _loudest_window(head) * _SILENCE_BELOW_PEAK
-        )
+        return last.samples >= min(samples, self._loudness.loud_until)
+
+    def _speech_ended_after(self, covered: int) -> bool:
+        """Speech came after the first ``covered`` samples, then quiet long enough to
+        suggest the caller has finished: worth decoding now rather than at the interval."""
+        loud_until = self._loudness.loud_until
+        quiet = self._samples() - loud_until
+        return loud_until > covered and quiet >= ENDPOINT_SILENCE_S * SAMPLE_RATE
 
     def _reset(self) -> None:
         self._buffer = bytearray()
+        self._loudness = _Loudness()
         self._audio_arrived.clear()
         self._finishing = False
 
@@ -416,13 +435,27 @@ def _extends(text: str, emitted: str) -> bool:
     return not emitted or text[len(emitted)] == " " or emitted[-1] == " "
 
 
-def _loudest_window(audio: np.ndarray) -> float:
-    """RMS of the loudest 20 ms window (0 for no audio)."""
-    usable = audio[: audio.size - audio.size % _WINDOW]
-    if usable.size == 0:
-        return float(np.sqrt(np.mean(np.square(audio)))) if audio.size else 0.0
-    windows = usable.reshape(-1, _WINDOW)
-    return float(np.sqrt(np.max(np.mean(np.square(windows), axis=1))))
+class _Loudness:
+    """Where the utterance was last loud, kept up to date 20 ms window by window as audio
+    arrives (a window is loud unless it is 30 dB below the loudest so far, or below
+    -45 dBFS), so asking costs nothing however long the utterance."""
+
+    def __init__(self) -> None:
+        self.peak = 0.0
+        self.loud_until = 0  # the end, in samples, of the last loud window
+        self._measured = 0  # samples already looked at
+
+    def extend(self, buffer: bytearray) -> None:
+        end = len(buffer) // 2 - (len(buffer) // 2) % _WINDOW
+        if end <= self._measured:
+            return
+        audio = pcm16_to_float(bytes(buffer[self._measured * 2 : end * 2]))
+        rms = np.sqrt(np.mean(np.square(audio.reshape(-1, _WINDOW)), axis=1))
+        for index, level in enumerate(rms.tolist()):
+            self.peak = max(self.peak, level)
+            if level >= max(_SILENCE_FLOOR, self.peak * _SILENCE_BELOW_PEAK):
+                self.loud_until = self._measured + (index + 1) * _WINDOW
+        self._measured = end
 
 
 # ---------------------------------------------------------------------- app

@@ -9,7 +9,15 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
+from pipecat.frames.frames import (
+    AggregatedTextFrame,
+    ErrorFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+    TTSSpeakFrame,
+)
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import run_test
 
@@ -101,3 +109,22 @@ async def test_openai_speech_sends_model_voice_key_and_plays_pcm(
         "input": "Hi there.",
         "response_format": "pcm",
     }
+
+
+@requires_piper_http
+async def test_piper_speaks_an_answers_first_clause_before_the_rest(piper_url: str) -> None:
+    """Piper answers a whole WAV per request: "You said:" goes alone, so it sounds sooner."""
+    service = tts_service(TTSSettings(kind="piper", base_url=piper_url))
+    answer = ["You", " said:", " turn", " on", " the", " lights.", " Then", " wait."]
+    down, up = await run_test(
+        service,
+        frames_to_send=[
+            LLMFullResponseStartFrame(),
+            *(LLMTextFrame(token) for token in answer),
+            LLMFullResponseEndFrame(),
+        ],
+    )
+    assert not [f for f in up if isinstance(f, ErrorFrame)]
+    spoken = [f.text for f in down if type(f) is AggregatedTextFrame]  # not TTSTextFrames
+    assert spoken == ["You said:", "turn on the lights.", "Then wait."]
+    audio_of(list(down))

@@ -461,3 +461,89 @@ def test_a_word_is_sent_as_a_delta_only_once_two_decodes_agree_on_it() -> None:
         "Please call me back"  # each decode's last word may be cut off: held back
     )
     assert agreed("Turn on the", "Turn off the lights.") == "Turn"
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def last_loud_sample(pcm: bytes) -> int:
+    """espeak's own audio ends on 0.4 s of near-digital quiet: where the speech really ends."""
+    return int(np.nonzero(np.abs(np.frombuffer(pcm, "<i2")) > 100)[0][-1])
+
+
+class CountingRecognizer:
+    """The real recognizer, noting how much audio each decode covered."""
+
+    def __init__(self) -> None:
+        from agent.local.recognizer import WhisperRecognizer
+
+        self._model = WhisperRecognizer()
+        self.decoded: list[int] = []  # samples per decode, in order
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        self.decoded.append(audio.size)
+        return self._model.transcribe(audio)
+
+
+@pytest.fixture
+def counted_server(asr_model_name: str) -> Iterator[tuple[str, CountingRecognizer]]:
+    """A server whose only partials are those the end of speech starts (no periodic ones)."""
+    pytest.importorskip("faster_whisper", reason="the offline recognizer needs faster-whisper")
+    recognizer = CountingRecognizer()
+    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=60)
+    server = BackgroundServer(build_app(settings, recognizer))
+    port = server.start()
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/realtime", recognizer
+    finally:
+        server.stop()
+
+
+async def test_the_end_of_speech_starts_a_decode_that_done_reuses(
+    counted_server: tuple[str, CountingRecognizer], asr_model_name: str
+) -> None:
+    """Speech, then quiet, in real time: the decode starts when the speech ends, before the
+    client's final commit, and ``done`` needs no decode of its own."""
+    url, recognizer = counted_server
+    speech = speech_at(LIGHTS, RATE)
+    ws = await open_session(url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, speech + SILENCE_400MS, chunk_ms=20, speed=1)
+        decoded_before_commit = list(recognizer.decoded)
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+    assert turn.done is not None
+    assert_heard(LIGHTS, turn.done.text)
+    assert decoded_before_commit, "nothing was decoded while the caller was quiet"
+    assert decoded_before_commit[-1] > last_loud_sample(speech), "it missed the speech's end"
+    assert recognizer.decoded == decoded_before_commit, "done decoded again"
+
+
+async def test_speech_right_up_to_the_final_commit_is_decoded_at_the_commit(
+    counted_server: tuple[str, CountingRecognizer], asr_model_name: str
+) -> None:
+    """No quiet before the commit: the last words must not be lost to an early decode."""
+    url, recognizer = counted_server
+    speech = speech_at(WEATHER, RATE)
+    speech = speech[: 2 * last_loud_sample(speech) + 2]  # without espeak's trailing quiet
+    ws = await open_session(url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, speech, chunk_ms=20, speed=1)
+        await ws.send(Commit(final=True).to_json())
+        turn = await until_done(ws)
+    assert turn.done is not None
+    assert_heard(WEATHER, turn.done.text)
+    assert recognizer.decoded[-1] == len(speech) // 2
+
+
+def test_the_loudness_tracker_finds_where_speech_ended() -> None:
+    speech = speech_at(LIGHTS, RATE)
+    loudness = asr_server._Loudness()
+    buffer = bytearray()
+    for start in range(0, len(speech + SILENCE_400MS), 666):  # ragged appends
+        buffer += (speech + SILENCE_400MS)[start : start + 666]
+        loudness.extend(buffer)
+    ended = last_loud_sample(speech)
+    assert ended - 0.1 * RATE < loudness.loud_until <= ended + 320  # within a 20 ms window
