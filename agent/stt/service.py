@@ -267,7 +267,10 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
                     turn.hold(chunk)  # backpressure: it goes out with the next append
                     return
                 async with self._send_lock:
-                    await self._send(encode_pcm_append(chunk))
+                    # A reconnect while this waited for the lock closed the generation; its
+                    # replay carries this chunk, so sending it too would repeat it.
+                    if self._generation_open:
+                        await self._send(encode_pcm_append(chunk))
 
     async def _start_turn(self) -> None:
         if self._speaking:
@@ -310,6 +313,8 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
         Never sends a commit without audio behind it (empty commits crashed old vLLM).
         """
         async with self._send_lock:
+            if self._generation_open:
+                return  # begun while this waited for the lock (a reconnect's replay)
             audio = turn.replay()
             if not audio:
                 return
@@ -324,6 +329,10 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
 
     async def _finish_generation(self, turn: Turn) -> None:
         async with self._send_lock:
+            if not self._generation_open:
+                # The channel was replaced while this waited for the lock (a send stuck on a
+                # frozen stream holds it): the new channel's replay commits the turn.
+                return
             tail = turn.take_outbox()
             if tail:
                 await self._send(encode_pcm_append(tail))
