@@ -19,8 +19,6 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
   (``TwilioFrameSerializer``'s private resampler fields).
 - :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
-- :mod:`~agent.fastpath.transcript_turn_stop`: an end of turn that waits longer when the words
-  trail off (extends ``SpeechTimeoutUserTurnStopStrategy`` through its private state); opt-in.
 
 One more replacement lives outside this wing on purpose: the STT plugin must import nothing
 else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT transport

@@ -1,0 +1,188 @@
+"""End the user's turn soon after a complete question, and only after a longer quiet otherwise.
+
+A fixed silence rule must choose between cutting people off at their clause pauses (a 200 ms
+wait ended 7 of 10 paused utterances in ``bench/turn_taking.py``) and answering every
+question late (an 800 ms wait). This strategy waits by what it hears:
+
+- The turn ends ``complete_wait_s`` after the end of speech (at once, by default) when the
+  words so far end with a complete question (:mod:`agent.turns.completeness`) and, if a
+  Smart Turn analyzer is given, Smart Turn v3 agrees from the audio (it hears "um... what was
+  it?" as a person still thinking, which the words cannot).
+- Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
+  clause pause, and the hard upper bound for every turn. A statement waits too, because no
+  rule on the recognizer's text tells "I would like to book a table." from a clause that goes
+  on (it ends every fragment with a full stop).
+
+"End of speech" is the VAD's stop less its ``stop_secs``, so the waits do not grow when the
+recognizer is slow, and a turn never ends before the final transcript of its last stretch of
+speech is in (our STT sends one, ``finalized``, per VAD segment that had words), unless
+:data:`LATE_FINAL_S` more than the upper bound has passed, so a segment with no words (a
+cough) cannot hold the turn open. Speech before the deadline (a VAD start) cancels it, as in
+Pipecat's speech-timeout strategy.
+
+Smart Turn gets the pipeline's audio (the STT passes it through) at the pipeline's rate; on a
+phone call that is 8 kHz, which Pipecat resamples to the 16 kHz the model was trained on
+(``LocalSmartTurnAnalyzerV3._resample_to_model_rate``). It runs on its own thread at each VAD
+stop, while the recognizer finishes, so it adds no wait unless it is the slower of the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from loguru import logger
+from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
+from pipecat.frames.frames import (
+    Frame,
+    InputAudioRawFrame,
+    MetricsFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameProcessorSetup
+from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.user_stop import BaseUserTurnStopStrategy
+
+from agent.turns.completeness import looks_like_complete_question
+
+LATE_FINAL_S = 3.0
+"""How much longer than the upper bound a turn waits for its last final transcript. A busy
+recognizer can take seconds, and a turn ended without its last words would answer half of
+them and start a second turn on the rest; but a segment the recognizer heard nothing in gets
+no final at all (our STT sends none for empty text), and must not hold the turn forever."""
+
+
+class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
+    """A short wait after a complete question, the longer one (the upper bound) otherwise."""
+
+    def __init__(
+        self,
+        *,
+        complete_wait_s: float = 0.0,
+        unfinished_wait_s: float = 1.3,
+        turn_analyzer: BaseTurnAnalyzer | None = None,
+        **kwargs: object,
+    ) -> None:
+        """Create the strategy.
+
+        Args:
+            complete_wait_s: Quiet after the end of speech before a complete question ends.
+            unfinished_wait_s: Quiet after the end of speech before any other turn ends; the
+                upper bound of every wait (not counting a late final transcript).
+            turn_analyzer: Smart Turn (or another analyzer) whose verdict a complete question
+                also needs; ``None`` trusts the words alone.
+            **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
+        """
+        if complete_wait_s > unfinished_wait_s:
+            raise ValueError(
+                f"complete_wait_s ({complete_wait_s}) must not exceed unfinished_wait_s "
+                f"({unfinished_wait_s}): the unfinished wait is the upper bound"
+            )
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._complete_wait_s = complete_wait_s
+        self._unfinished_wait_s = unfinished_wait_s
+        self._analyzer = turn_analyzer
+        self._text = ""
+        self._speaking = False
+        self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
+        self._finals_pending = 0  # VAD segments whose final transcript is not in yet
+        self._verdict: EndOfTurnState | None = None
+        self._verdict_task: asyncio.Task[None] | None = None
+        self._deadline_task: asyncio.Task[None] | None = None
+
+    async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
+        await super().setup(setup)
+        if self._analyzer is not None:
+            self._analyzer.set_sample_rate(setup.audio_in_sample_rate)
+
+    async def cleanup(self) -> None:
+        await super().cleanup()
+        await self._cancel_pending()
+        if self._analyzer is not None:
+            await self._analyzer.cleanup()
+
+    async def handle_user_turn_started(self) -> None:
+        self._text = ""
+
+    async def handle_user_turn_stopped(self) -> None:
+        self._text = ""
+        self._finals_pending = 0
+        self._speech_ended_at = None
+        await self._cancel_pending()
+        if self._analyzer is not None:
+            self._analyzer.clear()
+
+    async def process_frame(self, frame: Frame) -> ProcessFrameResult:
+        await super().process_frame(frame)
+        if isinstance(frame, InputAudioRawFrame):
+            if self._analyzer is not None:
+                self._analyzer.append_audio(frame.audio, self._speaking)
+        elif isinstance(frame, VADUserStartedSpeakingFrame):
+            self._speaking = True
+            self._finals_pending += 1
+            self._speech_ended_at = None
+            await self._cancel_pending()
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            self._speaking = False
+            self._speech_ended_at = frame.timestamp - frame.stop_secs
+            if self._analyzer is not None:
+                self._verdict_task = self.task_manager.create_task(
+                    self._ask_analyzer(), f"{self}::_ask_analyzer"
+                )
+            await self._schedule()
+        elif isinstance(frame, TranscriptionFrame):
+            self._text = f"{self._text} {frame.text}".strip()
+            if frame.finalized:
+                self._finals_pending = max(0, self._finals_pending - 1)
+            await self._schedule()
+        return ProcessFrameResult.CONTINUE
+
+    async def _ask_analyzer(self) -> None:
+        assert self._analyzer is not None
+        state, metrics = await self._analyzer.analyze_end_of_turn()
+        if metrics is not None:
+            await self.push_frame(MetricsFrame(data=[metrics]))
+        self._verdict = state
+        self._verdict_task = None
+        await self._schedule()
+
+    def _complete(self) -> bool:
+        if not looks_like_complete_question(self._text):
+            return False
+        return self._analyzer is None or self._verdict == EndOfTurnState.COMPLETE
+
+    async def _schedule(self) -> None:
+        """(Re)arm the turn's end for what is known now; end it at once if that time passed."""
+        if self._speaking or self._speech_ended_at is None or not self._text:
+            return
+        bound = self._speech_ended_at + self._unfinished_wait_s
+        if self._finals_pending > 0:
+            at = bound + LATE_FINAL_S  # the last words belong to this turn: wait for them
+        elif self._verdict_task is not None:
+            at = bound  # Smart Turn's verdict arrives (or is not needed) before this
+        else:
+            at = self._speech_ended_at + (
+                self._complete_wait_s if self._complete() else self._unfinished_wait_s
+            )
+        if self._deadline_task is not None:
+            await self.task_manager.cancel_task(self._deadline_task)
+        self._deadline_task = self.task_manager.create_task(self._end_at(at), f"{self}::_end_at")
+
+    async def _end_at(self, at: float) -> None:
+        delay = at - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._deadline_task = None
+        if self._speaking or not self._text:
+            return
+        logger.debug(f"{self}: turn ends ({'complete' if self._complete() else 'waited'})")
+        await self.trigger_user_turn_stopped()
+
+    async def _cancel_pending(self) -> None:
+        self._verdict = None
+        for task in (self._deadline_task, self._verdict_task):
+            if task is not None:
+                await self.task_manager.cancel_task(task)
+        self._deadline_task = self._verdict_task = None
