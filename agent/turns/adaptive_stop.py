@@ -1,13 +1,14 @@
-"""End the user's turn soon after a complete question, and only after a longer quiet otherwise.
+"""End the user's turn soon after a complete question or request, and after a longer quiet
+otherwise.
 
 A fixed silence rule must choose between cutting people off at their clause pauses (a 200 ms
 wait ended 7 of 10 paused utterances in ``bench/turn_taking.py``) and answering every
 question late (an 800 ms wait). This strategy waits by what it hears:
 
 - The turn ends ``complete_wait_s`` after the end of speech (at once, by default) when the
-  words so far end with a complete question (:mod:`agent.turns.completeness`) and, if a
-  Smart Turn analyzer is given, Smart Turn v3 agrees from the audio (it hears "um... what was
-  it?" as a person still thinking, which the words cannot).
+  words so far end with a complete question or request (:mod:`agent.turns.completeness`)
+  and, if a Smart Turn analyzer is given, Smart Turn v3 agrees from the audio (it hears
+  "um... what was it?" as a person still thinking, which the words cannot).
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. A statement waits too, because no
   rule on the recognizer's text tells "I would like to book a table." from a clause that goes

@@ -1,13 +1,19 @@
-"""Does the transcript so far read like a finished question?
+"""Does the transcript so far read like a finished question or request?
 
 People pause 300-900 ms inside sentences, and the recognizer (Whisper tiny.en offline) ends
 every fragment it hears with a full stop: "I would like to book a table." is a whole sentence
 to it even when "for two people" follows. A full stop is therefore no evidence, and no rule on
-the words can tell a finished statement from a clause that goes on. A question is different:
-once asked, the person waits for the answer. So the one thing the words are trusted to say is
-"this is a complete question": the last sentence ends with a question mark, or opens with an
-auxiliary verb ("is the store open today."), the word order English gives yes/no questions.
-A wh-word alone is not enough ("when you get a moment, ..." is a clause, not a question).
+the words can tell a finished statement from a clause that goes on. Questions and requests
+are different: once asked, the person waits for the bot. So the one thing the words are
+trusted to say is "this asks for an answer":
+
+- a question: the last sentence ends with a question mark, or opens with an auxiliary verb
+  ("is the store open today.", the word order English gives yes/no questions). A wh-word
+  alone is not enough ("when you get a moment, ..." is a clause, not a question);
+- a request: it opens with "please" or a verb in the imperative ("turn on the lights in the
+  kitchen", "call me back tomorrow"), after any filler ("ok", "um").
+
+Either way it must not end on a word a sentence does not end on ("can you tell me the").
 """
 
 from __future__ import annotations
@@ -27,6 +33,16 @@ TRAILING_WORDS = frozenset(
 )
 """Words a finished question does not end on: conjunctions, fillers, articles, prepositions."""
 
+IMPERATIVES = frozenset(
+    "please turn switch call book cancel tell give show send check find play stop start open "
+    "close set remind read help put repeat transfer connect text email order change schedule "
+    "add remove".split()
+)
+"""Words that open a request when they come first."""
+
+FILLERS = frozenset("ok okay um uh er so hey hi hello well oh".split())
+"""Words skipped before judging how a sentence opens."""
+
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
 _WORD = re.compile(r"[a-z0-9']+")
 
@@ -38,11 +54,14 @@ def last_sentence(text: str) -> str:
 
 
 def looks_like_complete_question(text: str) -> bool:
-    """Whether the words so far end with a whole question the bot should answer at once."""
+    """Whether the words so far end with a whole question or request the bot should answer at
+    once."""
     sentence = last_sentence(text)
     words = _WORD.findall(sentence.lower())
     if not words or words[-1] in TRAILING_WORDS:
         return False
     if sentence.rstrip().endswith("?"):
         return True
-    return len(words) >= 3 and words[0] in AUXILIARIES
+    while len(words) > 1 and words[0] in FILLERS:
+        words = words[1:]
+    return len(words) >= 3 and (words[0] in AUXILIARIES or words[0] in IMPERATIVES)
