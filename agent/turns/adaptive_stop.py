@@ -21,6 +21,10 @@ speech is in (our STT sends one, ``finalized``, per VAD segment that had words),
 cough) cannot hold the turn open. Speech before the deadline (a VAD start) cancels it, as in
 Pipecat's speech-timeout strategy.
 
+The waits are measured on the clock and, when the caller's audio reaches this strategy (it
+does when Smart Turn is on), also in that audio: on a busy server that reads audio late, a
+timer alone could fire while the words that break the quiet are still queued.
+
 Smart Turn gets the pipeline's audio (the STT passes it through) at the pipeline's rate; on a
 phone call that is 8 kHz, which Pipecat resamples to the 16 kHz the model was trained on
 (``LocalSmartTurnAnalyzerV3._resample_to_model_rate``). It runs on its own thread at each VAD
@@ -53,6 +57,10 @@ LATE_FINAL_S = 3.0
 recognizer can take seconds, and a turn ended without its last words would answer half of
 them and start a second turn on the rest; but a segment the recognizer heard nothing in gets
 no final at all (our STT sends none for empty text), and must not hold the turn forever."""
+
+
+MAX_AUDIO_LAG_S = 1.0
+"""How far the audio may lag the clock before the clock alone decides."""
 
 
 class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
@@ -88,7 +96,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text = ""
         self._speaking = False
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
+        self._quiet_heard_s: float | None = None  # quiet audio seen since then (passthrough)
         self._finals_pending = 0  # VAD segments whose final transcript is not in yet
+        self._audio_flows = False  # caller audio reaches us (Smart Turn on: STT passthrough)
         self._verdict: EndOfTurnState | None = None
         self._verdict_task: asyncio.Task[None] | None = None
         self._deadline_task: asyncio.Task[None] | None = None
@@ -110,7 +120,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
         self._finals_pending = 0
-        self._speech_ended_at = None
+        self._speech_ended_at = self._quiet_heard_s = None
         await self._cancel_pending()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -118,16 +128,21 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         await super().process_frame(frame)
         if isinstance(frame, InputAudioRawFrame):
+            self._audio_flows = True
             if self._analyzer is not None:
                 self._analyzer.append_audio(frame.audio, self._speaking)
+            if self._quiet_heard_s is not None:
+                samples = len(frame.audio) // (2 * max(frame.num_channels, 1))
+                self._quiet_heard_s += samples / frame.sample_rate
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._speaking = True
             self._finals_pending += 1
-            self._speech_ended_at = None
+            self._speech_ended_at = self._quiet_heard_s = None
             await self._cancel_pending()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._speaking = False
             self._speech_ended_at = frame.timestamp - frame.stop_secs
+            self._quiet_heard_s = frame.stop_secs if self._audio_flows else None
             if self._analyzer is not None:
                 self._verdict_task = self.task_manager.create_task(
                     self._ask_analyzer(), f"{self}::_ask_analyzer"
@@ -172,9 +187,22 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._deadline_task = self.task_manager.create_task(self._end_at(at), f"{self}::_end_at")
 
     async def _end_at(self, at: float) -> None:
-        delay = at - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        """End the turn at ``at``, or later if the audio of that quiet has not been seen yet."""
+        assert self._speech_ended_at is not None
+        quiet_needed = at - self._speech_ended_at
+        give_up_at = at + MAX_AUDIO_LAG_S
+        while True:
+            delay = at - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if self._quiet_heard_s is None or self._quiet_heard_s >= quiet_needed - 0.005:
+                break
+            if time.time() >= give_up_at:
+                break  # audio stopped coming (a client that sends none in silence): the clock
+            # A busy server reads the caller's audio late: the clock says the quiet has lasted,
+            # but the words that broke it may still be on their way. Wait for the audio (a
+            # late burst comes all at once, so look again soon).
+            at = time.time() + min(0.02, quiet_needed - self._quiet_heard_s)
         self._deadline_task = None
         if self._speaking or not self._text:
             return

@@ -12,6 +12,7 @@ import pytest
 from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
 from pipecat.clocks.system_clock import SystemClock
 from pipecat.frames.frames import (
+    InputAudioRawFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
@@ -85,6 +86,11 @@ class Recorder:
             final = TranscriptionFrame(heard, "user", "now")
             final.finalized = True
             await self.strategy.process_frame(final)
+
+    async def hear(self, seconds: float) -> None:
+        """Caller audio as the STT passes it through (8 kHz, 20 ms frames), all at once."""
+        for _ in range(round(seconds / 0.02)):
+            await self.strategy.process_frame(InputAudioRawFrame(bytes(320), 8000, 1))
 
     def after_speech(self) -> float:
         assert self.ended, "the turn never ended"
@@ -189,6 +195,32 @@ async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
     await turn.pause("What time is it?")
     await asyncio.sleep(0.05)
     assert turn.after_speech() < STOP_SECS + 0.1
+
+
+async def test_on_a_lagging_server_the_quiet_is_counted_in_audio(make: Any) -> None:
+    """The clock says the wait is over, but the audio of that quiet has not been read yet
+    (the words that break it may be in it): the turn waits for the audio."""
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5)
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S)
+    assert turn.ended == [], "ended on the clock while the audio lagged behind"
+    await turn.hear(WAIT_S - STOP_SECS)
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+
+
+async def test_audio_that_stops_coming_leaves_the_clock_to_decide(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adaptive_stop, "MAX_AUDIO_LAG_S", 0.2)
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5)
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S + 0.1)
+    assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.3
 
 
 def test_the_upper_bound_cannot_be_shorter_than_the_short_wait() -> None:
