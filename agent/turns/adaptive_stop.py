@@ -52,11 +52,13 @@ from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.turns.completeness import looks_like_complete_question
 
-LATE_FINAL_S = 3.0
+LATE_FINAL_S = 5.0
 """How much longer than the upper bound a turn waits for its last final transcript. A busy
-recognizer can take seconds, and a turn ended without its last words would answer half of
-them and start a second turn on the rest; but a segment the recognizer heard nothing in gets
-no final at all (our STT sends none for empty text), and must not hold the turn forever."""
+recognizer can take seconds (our STT finalizes a turn's segments one after another, so each
+waits for the one before), and a turn ended without its last words answers half of them and
+starts a second turn on the rest; but a segment the recognizer heard no words in gets no final
+at all (our STT sends none for empty text), and must not hold the turn forever. The STT gives
+up on a final 5 s after asking for it (``stt.params.final_timeout_s``)."""
 
 
 MAX_AUDIO_LAG_S = 1.0
