@@ -23,7 +23,9 @@ Pipecat's speech-timeout strategy.
 
 The waits are measured on the clock and, when the caller's audio reaches this strategy (it
 does when Smart Turn is on), also in that audio: on a busy server that reads audio late, a
-timer alone could fire while the words that break the quiet are still queued.
+timer alone could fire while the words that break the quiet are still queued, and a short
+word the VAD let pass (it needs 200 ms of speech to report any) starts the quiet again. Either
+can hold a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
 
 Smart Turn gets the pipeline's audio (the STT passes it through) at the pipeline's rate; on a
 phone call that is 8 kHz, which Pipecat resamples to the 16 kHz the model was trained on
@@ -36,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 from loguru import logger
 from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
 from pipecat.frames.frames import (
@@ -62,7 +65,14 @@ up on a final 5 s after asking for it (``stt.params.final_timeout_s``)."""
 
 
 MAX_AUDIO_LAG_S = 1.0
-"""How far the audio may lag the clock before the clock alone decides."""
+"""How far past its deadline the audio may hold a turn open (audio read late, or a sound the
+VAD did not call speech) before the clock alone decides: the bound's own margin."""
+
+SOUND_RATIO = 0.25
+"""A frame at least this loud, relative to the caller's speech so far (-12 dB), is not quiet.
+Silero reports speech only after 200 ms of it (``vad_start_secs``), so one short word between
+two pauses ("apples... bread... milk") can pass unreported, and the two pauses would count
+as one long quiet."""
 
 
 class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
@@ -99,6 +109,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._speaking = False
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
         self._quiet_heard_s: float | None = None  # quiet audio seen since then (passthrough)
+        self._speech_rms = 0.0  # the caller's level while the VAD hears speech
         self._finals_pending = 0  # VAD segments whose final transcript is not in yet
         self._audio_flows = False  # caller audio reaches us (Smart Turn on: STT passthrough)
         self._verdict: EndOfTurnState | None = None
@@ -133,9 +144,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._audio_flows = True
             if self._analyzer is not None:
                 self._analyzer.append_audio(frame.audio, self._speaking)
-            if self._quiet_heard_s is not None:
-                samples = len(frame.audio) // (2 * max(frame.num_channels, 1))
-                self._quiet_heard_s += samples / frame.sample_rate
+            self._measure(frame)
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._speaking = True
             self._finals_pending += 1
@@ -156,6 +165,21 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._finals_pending = max(0, self._finals_pending - 1)
             await self._schedule()
         return ProcessFrameResult.CONTINUE
+
+    def _measure(self, frame: InputAudioRawFrame) -> None:
+        """Learn the caller's speech level; count quiet audio after the VAD stop (a sound
+        starts the count again)."""
+        pcm = np.frombuffer(frame.audio, dtype=np.int16)
+        if pcm.size == 0:
+            return
+        rms = float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2)))
+        if self._speaking:
+            self._speech_rms = rms if self._speech_rms == 0 else 0.9 * self._speech_rms + 0.1 * rms
+        elif self._quiet_heard_s is not None:
+            if self._speech_rms > 0 and rms >= SOUND_RATIO * self._speech_rms:
+                self._quiet_heard_s = 0.0
+            else:
+                self._quiet_heard_s += pcm.size / max(frame.num_channels, 1) / frame.sample_rate
 
     async def _ask_analyzer(self) -> None:
         assert self._analyzer is not None

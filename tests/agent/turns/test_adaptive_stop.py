@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
 from pipecat.clocks.system_clock import SystemClock
@@ -87,10 +88,12 @@ class Recorder:
             final.finalized = True
             await self.strategy.process_frame(final)
 
-    async def hear(self, seconds: float) -> None:
-        """Caller audio as the STT passes it through (8 kHz, 20 ms frames), all at once."""
+    async def hear(self, seconds: float, level: int = 0) -> None:
+        """Caller audio as the STT passes it through (8 kHz, 20 ms frames, a constant
+        ``level``), all at once."""
+        pcm = np.full(160, level, np.int16).tobytes()
         for _ in range(round(seconds / 0.02)):
-            await self.strategy.process_frame(InputAudioRawFrame(bytes(320), 8000, 1))
+            await self.strategy.process_frame(InputAudioRawFrame(pcm, 8000, 1))
 
     def after_speech(self) -> float:
         assert self.ended, "the turn never ended"
@@ -202,7 +205,7 @@ async def test_on_a_lagging_server_the_quiet_is_counted_in_audio(make: Any) -> N
     (the words that break it may be in it): the turn waits for the audio."""
     turn = await make()
     await turn.speak()
-    await turn.hear(0.5)
+    await turn.hear(0.5, level=3000)
     await turn.pause("I would like to book a table.")
     await asyncio.sleep(WAIT_S)
     assert turn.ended == [], "ended on the clock while the audio lagged behind"
@@ -221,6 +224,22 @@ async def test_audio_that_stops_coming_leaves_the_clock_to_decide(
     await turn.pause("I would like to book a table.")
     await asyncio.sleep(WAIT_S + 0.1)
     assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.3
+
+
+async def test_a_short_word_the_vad_let_pass_starts_the_quiet_again(make: Any) -> None:
+    """apples... bread... milk: Silero reported no speech for "bread", but it was not quiet."""
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5, level=3000)
+    await turn.pause("I need apples.")
+    await turn.hear(0.3)
+    await turn.hear(0.3, level=2000)  # "bread", unreported
+    await turn.hear(WAIT_S - 0.1)
+    await asyncio.sleep(WAIT_S)
+    assert turn.ended == [], "a word in the pause did not count"
+    await turn.hear(0.1)
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
 
 
 def test_the_upper_bound_cannot_be_shorter_than_the_short_wait() -> None:
