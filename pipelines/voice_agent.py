@@ -63,6 +63,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.fastpath.turn_long_smart_turn import TurnLongSmartTurnV3
 from agent.transports.traits import HostsVAD, traits_of
 from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
 from pipelines.services import llm_conversation, llm_service, stt_service, tts_service
@@ -128,7 +129,7 @@ def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:
         stop = AdaptiveUserTurnStopStrategy(
             complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
-            turn_analyzer=_smart_turn() if turn.smart_turn else None,
+            turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
         )
     elif turn.smart_turn:
         stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=_smart_turn())

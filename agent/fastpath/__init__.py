@@ -19,6 +19,8 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
   (``TwilioFrameSerializer``'s private resampler fields).
 - :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
+- :mod:`~agent.fastpath.turn_long_smart_turn`: Smart Turn v3 keeps the whole turn's audio
+  after a COMPLETE verdict (``BaseSmartTurn.analyze_end_of_turn``), for the adaptive end of turn.
 
 One more replacement lives outside this wing on purpose: the STT plugin must import nothing
 else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT transport
