@@ -8,6 +8,11 @@ on; a cleared buffer then judges "what was it?" alone, a plain question, where t
 "um... what was it?" sounds like someone still thinking (0.14 complete). So the buffer is kept
 until the turn ends (the strategy calls :meth:`clear`) or the model's own silence limit.
 
+It also hears more before the first word the VAD reported (1 s instead of Pipecat's 0.5 s,
+plus the VAD's start delay): Silero needs 200 ms of speech to report any, so a short "um" or
+"so" before a pause goes unreported, and without it "um... what was it?" is judged as a plain
+"what was it?".
+
 Mirrors ``pipecat.audio.turn.smart_turn.base_smart_turn.BaseSmartTurn.analyze_end_of_turn``
 (Pipecat 1.14.0), minus its ``_clear`` on COMPLETE; reads ``_model_executor``,
 ``_process_speech_segment`` and ``_audio_buffer``.
@@ -16,14 +21,22 @@ Mirrors ``pipecat.audio.turn.smart_turn.base_smart_turn.BaseSmartTurn.analyze_en
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
+from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.metrics.metrics import MetricsData
+
+PRE_SPEECH_MS = 1000
 
 
 class TurnLongSmartTurnV3(LocalSmartTurnAnalyzerV3):
     """Smart Turn v3 whose verdicts all hear the turn from its first word."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("params", SmartTurnParams(pre_speech_ms=PRE_SPEECH_MS))
+        super().__init__(**kwargs)
 
     async def analyze_end_of_turn(self) -> tuple[EndOfTurnState, MetricsData | None]:
         loop = asyncio.get_running_loop()

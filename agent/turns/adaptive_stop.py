@@ -146,6 +146,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._analyzer.append_audio(frame.audio, self._speaking)
             self._measure(frame)
         elif isinstance(frame, VADUserStartedSpeakingFrame):
+            if self._analyzer is not None:  # how much audio before the report is speech
+                self._analyzer.update_vad_start_secs(frame.start_secs)
             self._speaking = True
             self._finals_pending += 1
             self._speech_ended_at = self._quiet_heard_s = None

@@ -35,6 +35,7 @@ async def test_same_verdict_as_pipecats_and_the_turn_is_kept() -> None:
     assert our_metrics.probability == stock_metrics.probability  # type: ignore[attr-defined]
     assert stock._audio_buffer == [], "Pipecat clears on COMPLETE (see the module docstring)"
     assert len(ours._audio_buffer) > 0, "the turn's audio was thrown away"
+    assert ours.params.pre_speech_ms == 1000  # a short "um" the VAD missed is heard
     ours.clear()  # the adaptive strategy's call when the turn really ends
     assert ours._audio_buffer == []
     for analyzer in (stock, ours):
