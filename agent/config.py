@@ -132,18 +132,34 @@ class IceServerSettings(_Section):
 
 
 class TurnSettings(_Section):
-    """When a user turn starts and ends (Silero VAD, optional Smart Turn)."""
+    """When a user turn starts and ends (Silero VAD, the words, optionally Smart Turn)."""
 
     vad_start_secs: float = Field(default=0.2, gt=0, le=2)
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
-    user_speech_timeout_s: float = Field(default=0.0, ge=0, le=5)
-    smart_turn: bool = False
-    end_of_turn: Literal["silence", "transcript"] = Field(
-        default="silence",
-        description="'transcript': wait unfinished_wait_s longer when the words so far trail "
-        "off (a comma, 'and', 'um', a number being read out); see bench/turn_taking.py.",
+    end_of_turn: Literal["silence", "adaptive"] = Field(
+        default="adaptive",
+        description="'adaptive': end soon after a complete question (complete_wait_s), else "
+        "after unfinished_wait_s of quiet; 'silence': after vad_stop_secs plus "
+        "user_speech_timeout_s. See bench/results/turn_taking.md.",
     )
-    unfinished_wait_s: float = Field(default=0.7, ge=0, le=3)
+    smart_turn: bool = Field(
+        default=True,
+        description="Ask Smart Turn v3 too: with 'adaptive', a question ends early only if it "
+        "agrees; with 'silence', it decides the end of turn (Pipecat's strategy).",
+    )
+    complete_wait_s: float = Field(
+        default=0.0, ge=0, le=3, description="'adaptive': quiet before a complete question ends."
+    )
+    unfinished_wait_s: float = Field(
+        default=1.3,
+        ge=0,
+        le=3,
+        description="'adaptive': quiet before any other turn ends; the upper bound of the wait.",
+    )
+    user_speech_timeout_s: float = Field(
+        default=0.0, ge=0, le=5, description="'silence': extra quiet after the VAD stop."
+    )
+
     eager_answer: bool = Field(
         default=False,
         description="Start the LLM on the stable interim transcript when the VAD stops; kept "
@@ -154,6 +170,15 @@ class TurnSettings(_Section):
         description="When the user goes on before any of the answer was heard, cancel it and "
         "send both parts to the LLM as one user message.",
     )
+
+    @model_validator(mode="after")
+    def _bound_holds(self) -> TurnSettings:
+        if self.complete_wait_s > self.unfinished_wait_s:
+            raise ValueError(
+                f"turn.complete_wait_s ({self.complete_wait_s}) must not exceed "
+                f"turn.unfinished_wait_s ({self.unfinished_wait_s}), the upper bound"
+            )
+        return self
 
 
 class ServerSettings(_Section):

@@ -1,9 +1,10 @@
-"""Turn-taking on a real phone call: does the bot talk over people who pause?
+"""Turn-taking on real calls: does the bot talk over people who pause?
 
 Plays the paused-speech set (``tests/fakes/paused_speech.py``: clause pauses, hesitations,
 lists, digits read one by one, a long sentence with many commas, and short complete
-questions; pauses of 300-900 ms) through a Twilio call to our server, one call per utterance,
-for each end-of-turn configuration, and prints per configuration:
+questions; pauses of 300-900 ms) through a Twilio phone call (8 kHz μ-law) and through a
+WebRTC call (an aiortc peer, 48 kHz Opus) to our server, one call per utterance, for each
+end-of-turn configuration, and prints per transport and configuration:
 
 - false end-of-turns per minute of speech: the bot's answer was heard before the person had
   finished (a loud frame from the bot before the utterance's true end);
@@ -13,13 +14,20 @@ for each end-of-turn configuration, and prints per configuration:
 The STT is the offline ASR server (faster-whisper tiny.en, a child process), the LLM the
 offline responder, the TTS an instant tone; so the figures are about end-of-turn, not models.
 
-    .venv/bin/python -m bench.turn_taking [--configs default,vad_stop_0.5,...] [--no-write]
+The configurations, in one process one after another: the old default (200 ms of silence),
+longer silences (``vad_stop_secs``, issue 13's sweep), Pipecat's Smart Turn strategy, and the
+adaptive end of turn (``agent.turns.adaptive_stop``) with the words alone or with Smart Turn,
+at two upper bounds. ``--runs 2`` repeats the sweep (figures on shared cores are noisy).
+
+    .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
+        [--runs N] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -35,22 +43,41 @@ from tests.fakes.paused_speech import Utterance, utterances
 from tests.fakes.serving import background, free_port
 from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
+from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "bench" / "results" / "turn_taking.md"
 ANSWER_WINDOW_S = 2.0
+AFTER_S = 3.5
+"""Silence the caller sends after the utterance: the answer window and a little more."""
+_SILENCE = {"end_of_turn": "silence", "smart_turn": False}
+_ADAPTIVE = {"end_of_turn": "adaptive", "vad_stop_secs": 0.2, "complete_wait_s": 0.0}
 CONFIGS: dict[str, dict[str, Any]] = {
-    "default (vad_stop 0.2 s)": {},
-    "vad_stop 0.5 s": {"vad_stop_secs": 0.5},
-    "vad_stop 0.8 s": {"vad_stop_secs": 0.8},
-    "smart_turn (Smart Turn v3)": {"smart_turn": True},
-    "transcript-aware (+0.7 s)": {"end_of_turn": "transcript", "unfinished_wait_s": 0.7},
-    "transcript-aware (+0.7 s) + vad_stop 0.5 s": {
-        "end_of_turn": "transcript",
-        "unfinished_wait_s": 0.7,
-        "vad_stop_secs": 0.5,
+    "old default: silence, vad_stop 0.2 s": {**_SILENCE, "vad_stop_secs": 0.2},
+    "silence, vad_stop 0.5 s": {**_SILENCE, "vad_stop_secs": 0.5},
+    "silence, vad_stop 0.8 s": {**_SILENCE, "vad_stop_secs": 0.8},
+    "silence + Smart Turn v3 (Pipecat's strategy)": {
+        "end_of_turn": "silence",
+        "smart_turn": True,
+        "vad_stop_secs": 0.2,
+    },
+    "adaptive, words only, bound 1.3 s": {
+        **_ADAPTIVE,
+        "smart_turn": False,
+        "unfinished_wait_s": 1.3,
+    },
+    "adaptive + Smart Turn, bound 1.0 s": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.0,
+    },
+    "adaptive + Smart Turn, bound 1.3 s": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
     },
 }
+TRANSPORTS = ("phone", "webrtc")
 
 
 @dataclass
@@ -69,10 +96,13 @@ class Outcome:
 @dataclass
 class Row:
     name: str
+    transport: str = "phone"
     outcomes: list[Outcome] = field(default_factory=list)
 
 
-async def play(url: str, utterance: Utterance, index: int) -> Outcome:
+async def play_phone(base_url: str, utterance: Utterance, index: int) -> Outcome:
+    """One Twilio call: the utterance as 8 kHz μ-law, then silence."""
+    url = base_url.replace("http://", "ws://") + "/telephony/twilio/ws"
     pcm, end_s = utterance.audio(8000)
     async with websockets.connect(url, compression=None) as ws:
         caller = TwilioCaller(ws, f"CA{index:06d}", stream_sid=f"MZ{index:06d}")
@@ -81,7 +111,7 @@ async def play(url: str, utterance: Utterance, index: int) -> Outcome:
         began = time.monotonic()
         await caller.send(payloads(to_ulaw(pcm)))
         true_end = began + end_s
-        await caller.send([SILENCE] * int(4.0 / FRAME_S))
+        await caller.send([SILENCE] * int(AFTER_S / FRAME_S))
         await caller.stop()
         await caller.close()
     answer = caller.first_loud(true_end)
@@ -89,6 +119,37 @@ async def play(url: str, utterance: Utterance, index: int) -> Outcome:
         utterance,
         end_s,
         false_ends=answer_starts(caller.loud_at, began, true_end),
+        answered_after_s=None if answer is None else answer - true_end,
+    )
+
+
+async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcome:
+    """One WebRTC call: the utterance at 48 kHz from an aiortc peer, then silence."""
+    pcm, end_s = utterance.audio(CLIENT_RATE)
+    client = WebRTCClient()
+    try:
+        response = await client.connect(base_url)
+        if response.status_code != 200:
+            raise RuntimeError(f"the WebRTC offer was refused: {response.text}")
+        for _ in range(750):  # the media path is up once the bot's (silent) audio flows
+            if client.frames:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise RuntimeError("no audio from the bot 15 s after the WebRTC answer")
+        await asyncio.sleep(0.6)
+        began = time.monotonic()
+        client.mic.say(pcm)
+        true_end = began + end_s
+        await asyncio.sleep(end_s + AFTER_S)
+    finally:
+        await client.close()
+    loud_at = list(client.loud_at)
+    answer = next((t for t in loud_at if t >= true_end), None)
+    return Outcome(
+        utterance,
+        end_s,
+        false_ends=answer_starts(loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
     )
 
@@ -117,89 +178,125 @@ def settings_for(asr_url: str, tts_url: str, turn: dict[str, Any]) -> Any:
     )
 
 
-async def measure(name: str, settings: Any) -> Row:
+async def measure(name: str, settings: Any, transports: list[str]) -> list[Row]:
+    """One server per configuration; the whole set through each transport in turn."""
     from agent.server import create_app
 
-    row = Row(name)
+    rows = []
     with background(create_app(settings)) as url:
-        ws_url = url.replace("http://", "ws://") + "/telephony/twilio/ws"
-        for index, utterance in enumerate(utterances()):
-            row.outcomes.append(await play(ws_url, utterance, index))
-    return row
+        for transport in transports:
+            play = play_phone if transport == "phone" else play_webrtc
+            row = Row(name, transport)
+            for index, utterance in enumerate(utterances()):
+                row.outcomes.append(await play(url, utterance, index))
+            rows.append(row)
+            print(summary(row), file=sys.stderr, flush=True)
+    return rows
 
 
-def render(rows: list[Row], took_s: float) -> str:
+def summary(row: Row) -> str:
+    """One table row: false ends, per minute of speech, missed ends, latency p50 / p95."""
+    minutes = sum(o.speech_s for o in row.outcomes) / 60
+    false_ends = sum(o.false_ends for o in row.outcomes)
+    cut = sum(o.false_end for o in row.outcomes)
+    questions = [o for o in row.outcomes if o.utterance.complete_question]
+    missed = sum(
+        o.answered_after_s is None or o.answered_after_s > ANSWER_WINDOW_S for o in questions
+    )
+    delays = sorted(o.answered_after_s for o in questions if o.answered_after_s is not None)
+    latency = (
+        f"{1000 * statistics.median(delays):.0f} / {1000 * percentile(delays, 0.95):.0f} ms"
+        if delays
+        else "-"
+    )
+    return (
+        f"| {row.transport} | {row.name} | {false_ends} ({cut} of {len(row.outcomes)}) | "
+        f"{false_ends / minutes:.1f} | {missed} of {len(questions)} | {latency} |"
+    )
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of a sorted list (with 3 questions, p95 is the slowest)."""
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def render(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> str:
+    minutes = sum(u.audio(8000)[1] for u in utterances()) / 60
+    questions = sum(u.complete_question for u in utterances())
     lines = [
-        "# Turn-taking on the paused-speech set (phone call, offline ASR)",
+        "# Turn-taking on the paused-speech set (phone and WebRTC calls, offline ASR)",
         "",
-        f"`python -m bench.turn_taking`, {time.strftime('%Y-%m-%d')}, 2 shared cores, "
-        f"{took_s / 60:.1f} min. One call per utterance; a false end is bot audio heard before "
-        f"the utterance's true end; a missed end is a complete question with no answer heard "
-        f"within {ANSWER_WINDOW_S:g} s.",
-        "",
-        "| configuration | false ends (utterances cut) | per minute of speech | missed ends | "
-        "answer after a complete question p50 / p95 |",
-        "|---|---|---|---|---|",
+        f"`python -m bench.turn_taking --runs {len(runs)}`, {time.strftime('%Y-%m-%d')}, "
+        f"2 cores shared with other sessions (load average {load[0]:.1f} at the start, "
+        f"{load[1]:.1f} at the end), {took_s / 60:.1f} min. {len(utterances())} "
+        f"utterances ({minutes:.2f} min of speech, {questions} complete questions), one call "
+        "each. A false end is an answer (bot audio after a quiet gap) heard before the "
+        "utterance's true end; a missed end is a complete question with no answer heard within "
+        f"{ANSWER_WINDOW_S:g} s; latency is the end of a complete question to the first bot "
+        "audio heard (p95 of three is the slowest).",
     ]
-    for row in rows:
-        minutes = sum(o.speech_s for o in row.outcomes) / 60
-        false_ends = sum(o.false_ends for o in row.outcomes)
-        cut = sum(o.false_end for o in row.outcomes)
-        questions = [o for o in row.outcomes if o.utterance.complete_question]
-        missed = sum(
-            o.answered_after_s is None or o.answered_after_s > ANSWER_WINDOW_S for o in questions
-        )
-        delays = sorted(o.answered_after_s for o in questions if o.answered_after_s is not None)
-        latency = (
-            f"{1000 * statistics.median(delays):.0f} / {1000 * delays[-1]:.0f} ms"
-            if delays
-            else "-"
-        )
-        lines.append(
-            f"| {row.name} | {false_ends} ({cut} of {len(row.outcomes)}) | "
-            f"{false_ends / minutes:.1f} | {missed} of {len(questions)} | {latency} |"
-        )
-    lines += ["", "Per utterance (false ends · answer heard after its end):", ""]
-    for row in rows:
+    for number, rows in enumerate(runs, 1):
+        lines += [
+            "",
+            f"## Run {number}",
+            "",
+            "| transport | configuration | false ends (utterances cut) | per minute of speech "
+            "| missed ends | complete question → answer p50 / p95 |",
+            "|---|---|---|---|---|---|",
+            *(summary(row) for row in rows),
+        ]
+    lines += ["", f"Per utterance, run {len(runs)} (false ends · answer heard after its end):", ""]
+    for row in runs[-1]:
         marks = ", ".join(
             f"{o.utterance.kind}: {o.false_ends or 'ok'} · "
             f"{'-' if o.answered_after_s is None else f'{o.answered_after_s:.2f} s'}"
             for o in row.outcomes
         )
-        lines.append(f"- {row.name}: {marks}")
+        lines.append(f"- {row.transport}, {row.name}: {marks}")
     return "\n".join(lines) + "\n"
 
 
-async def run(args: argparse.Namespace, asr_url: str) -> list[Row]:
+async def run(args: argparse.Namespace, asr_url: str) -> list[list[Row]]:
+    runs: list[list[Row]] = []
     with SpeechServer(voice="tone", sample_rate=24_000) as tts:
-        return [
-            await measure(name, settings_for(asr_url, tts.url, CONFIGS[name]))
-            for name in args.configs
-        ]
+        for _ in range(args.runs):
+            rows: list[Row] = []
+            for name in args.configs:
+                settings = settings_for(asr_url, tts.url, CONFIGS[name])
+                rows += await measure(name, settings, args.transports)
+            runs.append(rows)
+    return runs
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", help=f"comma list of: {'; '.join(CONFIGS)}")
+    parser.add_argument("--configs", help=f"semicolon list of: {'; '.join(CONFIGS)}")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help="phone,webrtc")
+    parser.add_argument("--runs", type=int, default=1, help="repeat the sweep (noise)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    args.configs = [c.strip() for c in args.configs.split(",")] if args.configs else list(CONFIGS)
+    args.configs = [c.strip() for c in args.configs.split(";")] if args.configs else list(CONFIGS)
+    args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     unknown = [c for c in args.configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
-    utterances()  # synthesize the set before anything is timed
-    for utterance in utterances():
+    if not set(args.transports) <= set(TRANSPORTS) or not args.transports:
+        parser.error(f"--transports takes a comma list of {', '.join(TRANSPORTS)}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    for utterance in utterances():  # synthesize the set before anything is timed
         utterance.audio(8000)
+        utterance.audio(CLIENT_RATE)
     port = free_port()
     argv_asr = [sys.executable, "-m", "agent.cli", "asr-server", "--port", str(port)]
     asr = subprocess.Popen(argv_asr, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()[0]
     try:
         peers.wait_http(f"http://127.0.0.1:{port}/health", asr, timeout_s=120)
-        rows = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime"))
+        runs = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime"))
     finally:
         peers.stop_process(asr)
-    report = render(rows, time.monotonic() - started)
+    report = render(runs, time.monotonic() - started, (load_before, os.getloadavg()[0]))
     print(report)
     if not args.no_write:
         RESULTS_MD.write_text(report)

@@ -32,10 +32,11 @@ it. The server attaches the observers inline and replaces Pipecat's idle watch
 (:mod:`agent.fastpath`), so the worker is built here with ``idle_timeout_secs=None``.
 
 Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
-quiet; the STT then finalizes the turn and the turn ends once the final transcript is in and
-``user_speech_timeout_s`` has passed since the VAD stop. Smart Turn v3 (bundled with Pipecat)
-can decide the end of turn instead (``smart_turn``); it is off by default because it judged
-a third of our espeak test questions "unfinished" and waited for its 3 s fallback.
+quiet and the STT then finalizes what was said. By default (``end_of_turn = "adaptive"``,
+:mod:`agent.turns.adaptive_stop`) the turn ends at once after a complete question that Smart
+Turn v3 also hears as finished, and after ``unfinished_wait_s`` of quiet otherwise, so the bot
+does not answer people's clause pauses (``bench/turn_taking.py``). ``"silence"`` is Pipecat's
+plain speech timeout (or, with ``smart_turn``, Pipecat's Smart Turn strategy).
 
 What happens to the answer around the end of turn (:mod:`agent.fastpath.tentative_answer`):
 with ``eager_answer`` the STT sends the stable interim transcript at the VAD stop and the LLM
@@ -46,6 +47,7 @@ goes on, so the LLM sees both parts as one message.
 
 from __future__ import annotations
 
+from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -68,8 +70,9 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from agent.config import Settings, TurnSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
-from agent.fastpath.transcript_turn_stop import TranscriptAwareUserTurnStopStrategy
+from agent.fastpath.turn_long_smart_turn import TurnLongSmartTurnV3
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
+from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
 from pipelines.services import (
     call_tools,
     keypress_aggregator,
@@ -148,18 +151,24 @@ def build_voice_agent_task(
 
 def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:
     stop: BaseUserTurnStopStrategy
-    if turn.smart_turn:
-        from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
-
-        stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())
-    elif turn.end_of_turn == "transcript":
-        stop = TranscriptAwareUserTurnStopStrategy(
-            user_speech_timeout=turn.user_speech_timeout_s,
+    if turn.end_of_turn == "adaptive":
+        stop = AdaptiveUserTurnStopStrategy(
+            complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
+            turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
         )
+    elif turn.smart_turn:
+        stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=_smart_turn())
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
     return UserTurnStrategies(
         start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
         stop=[stop],
     )
+
+
+def _smart_turn() -> BaseTurnAnalyzer:
+    """Smart Turn v3 from Pipecat's wheel (an 8 MB ONNX model, loaded per call in ~50 ms)."""
+    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+    return LocalSmartTurnAnalyzerV3()

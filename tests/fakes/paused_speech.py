@@ -53,6 +53,11 @@ class Utterance:
         return max(self.pauses_s, default=0.0)
 
 
+def phrase_audio(phrase: str, sample_rate: int) -> np.ndarray:
+    """One phrase as the set speaks it: PCM16 samples, trimmed to its first and last loud one."""
+    return _trimmed(phrase, sample_rate)
+
+
 @cache
 def _trimmed(phrase: str, sample_rate: int) -> np.ndarray:
     samples = np.frombuffer(speech_at(phrase, sample_rate, voice="piper"), np.int16)

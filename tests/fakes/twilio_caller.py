@@ -84,6 +84,11 @@ def to_ulaw(pcm: bytes) -> bytes:
     return audioop.lin2ulaw(pcm, 2)
 
 
+def from_ulaw(ulaw: bytes) -> np.ndarray:
+    """Twilio's μ-law back to 8 kHz PCM16 samples (what a phone line leaves of the audio)."""
+    return np.frombuffer(audioop.ulaw2lin(ulaw, 2), np.int16)
+
+
 def ulaw_speech(text: str, *, voice: str = "espeak", trim: bool = False) -> bytes:
     """``text`` spoken (see :mod:`tests.fakes.speech`) as 8 kHz μ-law.
 

@@ -237,8 +237,9 @@ async def test_with_smart_turn_on_a_live_call_is_answered(
     speech_server: SpeechServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Smart Turn v3 decides the end of the turn on a live call, and the question is answered
-    (within its 3 s fallback at worst, plus the usual stages)."""
+    """With the silence rule, Smart Turn v3 (Pipecat's strategy) decides the end of the turn on
+    a live call, and the question is answered (within its 3 s fallback at worst, plus the
+    usual stages)."""
     from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
     from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
@@ -254,7 +255,7 @@ async def test_with_smart_turn_on_a_live_call_is_answered(
     settings = settings_for(
         asr_server_url,
         asr_model_name,
-        turn={"smart_turn": True},
+        turn={"end_of_turn": "silence", "smart_turn": True},
         tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
     )
     call = await start_call_fixture(settings)
@@ -272,8 +273,9 @@ async def test_with_smart_turn_on_a_live_call_is_answered(
 
 
 def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
-    """Smart Turn v3 ships inside Pipecat's wheel (no download) and, when switched on,
-    decides the end of the turn instead of the plain speech timeout."""
+    """Smart Turn v3 ships inside Pipecat's wheel (no download). With the silence rule it
+    decides the end of the turn instead of the plain speech timeout; by default it is the
+    adaptive strategy's second opinion on complete questions."""
     from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
     from pipecat.turns.user_stop import (
         SpeechTimeoutUserTurnStopStrategy,
@@ -281,13 +283,17 @@ def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
     )
 
     from agent.config import TurnSettings
+    from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
     from pipelines.voice_agent import _turn_strategies
 
-    (smart,) = _turn_strategies(TurnSettings(smart_turn=True)).stop
+    (smart,) = _turn_strategies(TurnSettings(end_of_turn="silence", smart_turn=True)).stop
     assert isinstance(smart, TurnAnalyzerUserTurnStopStrategy)
     assert isinstance(smart._turn_analyzer, LocalSmartTurnAnalyzerV3)
-    (plain,) = _turn_strategies(TurnSettings()).stop
-    assert isinstance(plain, SpeechTimeoutUserTurnStopStrategy)
+    (plain,) = _turn_strategies(TurnSettings(end_of_turn="silence", smart_turn=False)).stop
+    assert type(plain) is SpeechTimeoutUserTurnStopStrategy
+    (adaptive,) = _turn_strategies(TurnSettings()).stop
+    assert isinstance(adaptive, AdaptiveUserTurnStopStrategy)
+    assert isinstance(adaptive._analyzer, LocalSmartTurnAnalyzerV3)
     build_voice_agent_task(  # the whole pipeline builds with it, too
         LoopbackTransport(),
         load_settings("default", overrides={"turn": {"smart_turn": True}}),

@@ -1,0 +1,249 @@
+"""The adaptive end of turn, frame by frame: a complete question ends at once, anything else
+after the longer wait, speech cancels the wait, and the upper bound holds without a final."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import pytest
+from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
+from pipecat.clocks.system_clock import SystemClock
+from pipecat.frames.frames import (
+    InputAudioRawFrame,
+    TranscriptionFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameProcessorSetup
+from pipecat.utils.asyncio.task_manager import TaskManager
+
+from agent.config import TurnSettings
+from agent.turns import adaptive_stop
+from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+
+STOP_SECS = 0.2
+WAIT_S = 0.6
+
+
+class Verdict(BaseTurnAnalyzer):
+    """A turn analyzer that answers what it is told (Smart Turn's interface, no model)."""
+
+    def __init__(self, state: EndOfTurnState) -> None:
+        super().__init__()
+        self.state = state
+        self.asked = 0
+
+    @property
+    def speech_triggered(self) -> bool:
+        return False
+
+    @property
+    def params(self) -> Any:
+        return None
+
+    def append_audio(self, buffer: bytes, is_speech: bool) -> EndOfTurnState:
+        return EndOfTurnState.INCOMPLETE
+
+    async def analyze_end_of_turn(self) -> tuple[EndOfTurnState, None]:
+        self.asked += 1
+        return self.state, None
+
+    def update_vad_start_secs(self, vad_start_secs: float) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
+class Recorder:
+    def __init__(self, strategy: AdaptiveUserTurnStopStrategy) -> None:
+        self.strategy = strategy
+        self.ended: list[float] = []
+        self.speech_ended_at = 0.0
+        self.in_turn = False
+
+        @strategy.event_handler("on_user_turn_stopped")
+        async def _stopped(_strategy: Any, _params: Any) -> None:
+            self.ended.append(time.time())
+            self.in_turn = False
+            await strategy.handle_user_turn_stopped()
+
+    async def speak(self) -> None:
+        """The VAD hears speech; like Pipecat's aggregator, a turn starts if none is open."""
+        await self.strategy.process_frame(VADUserStartedSpeakingFrame())
+        if not self.in_turn:
+            self.in_turn = True
+            await self.strategy.handle_user_turn_started()
+
+    async def pause(self, heard: str | None) -> None:
+        """The person goes quiet; the VAD says so STOP_SECS later, then the final comes."""
+        self.speech_ended_at = time.time() - STOP_SECS
+        await self.strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS))
+        if heard is not None:
+            final = TranscriptionFrame(heard, "user", "now")
+            final.finalized = True
+            await self.strategy.process_frame(final)
+
+    async def hear(self, seconds: float, level: int = 0) -> None:
+        """Caller audio as the STT passes it through (8 kHz, 20 ms frames, a constant
+        ``level``), all at once."""
+        pcm = np.full(160, level, np.int16).tobytes()
+        for _ in range(round(seconds / 0.02)):
+            await self.strategy.process_frame(InputAudioRawFrame(pcm, 8000, 1))
+
+    def after_speech(self) -> float:
+        assert self.ended, "the turn never ended"
+        return self.ended[-1] - self.speech_ended_at
+
+
+@pytest.fixture
+async def make() -> AsyncIterator[Any]:
+    made: list[AdaptiveUserTurnStopStrategy] = []
+
+    async def build(analyzer: BaseTurnAnalyzer | None = None) -> Recorder:
+        strategy = AdaptiveUserTurnStopStrategy(
+            complete_wait_s=0.0, unfinished_wait_s=WAIT_S, turn_analyzer=analyzer
+        )
+        await strategy.setup(
+            FrameProcessorSetup(
+                clock=SystemClock(),
+                task_manager=TaskManager(),
+                pipeline_worker=None,  # type: ignore[arg-type]
+            )
+        )
+        made.append(strategy)
+        return Recorder(strategy)
+
+    yield build
+    for strategy in made:
+        await strategy.cleanup()
+
+
+async def test_a_complete_question_ends_as_soon_as_its_words_are_in(make: Any) -> None:
+    turn = await make()
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await asyncio.sleep(0.05)
+    assert turn.after_speech() < STOP_SECS + 0.1
+
+
+async def test_a_statement_ends_after_the_longer_wait(make: Any) -> None:
+    turn = await make()
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S - STOP_SECS - 0.1)
+    assert turn.ended == [], "ended during a clause pause"
+    await asyncio.sleep(0.25)
+    assert WAIT_S - 0.02 < turn.after_speech() < WAIT_S + 0.1
+
+
+async def test_speaking_again_cancels_the_end(make: Any) -> None:
+    turn = await make()
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(0.2)
+    await turn.speak()
+    await asyncio.sleep(WAIT_S)
+    assert turn.ended == [], "the turn ended while the person was speaking"
+    await turn.pause("for two people.")
+    await asyncio.sleep(WAIT_S)
+    assert len(turn.ended) == 1
+
+
+async def test_a_late_final_is_waited_for_past_the_bound(make: Any) -> None:
+    """A busy recognizer: the turn's last words come after the bound and still belong to it."""
+    turn = await make()
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await turn.speak()
+    await turn.pause(None)
+    await asyncio.sleep(WAIT_S + 0.2)
+    assert turn.ended == [], "ended without its last words"
+    final = TranscriptionFrame("For two people.", "user", "now")
+    final.finalized = True
+    await turn.strategy.process_frame(final)
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+
+
+async def test_the_wait_for_a_final_that_never_comes_is_bounded(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adaptive_stop, "LATE_FINAL_S", 0.3)
+    turn = await make()
+    await turn.speak()
+    await turn.pause("I need apples.")
+    await turn.speak()  # a cough: the recognizer hears no words, no final follows
+    await turn.pause(None)
+    await asyncio.sleep(WAIT_S + 0.4)
+    assert WAIT_S + 0.28 < turn.after_speech() < WAIT_S + 0.4
+
+
+async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
+    unsure = Verdict(EndOfTurnState.INCOMPLETE)
+    turn = await make(unsure)
+    await turn.speak()
+    await turn.pause("Um... What was it?")
+    await asyncio.sleep(WAIT_S)
+    assert unsure.asked == 1
+    assert turn.after_speech() > WAIT_S - 0.02, "ended early on the words alone"
+
+    sure = Verdict(EndOfTurnState.COMPLETE)
+    turn = await make(sure)
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await asyncio.sleep(0.05)
+    assert turn.after_speech() < STOP_SECS + 0.1
+
+
+async def test_on_a_lagging_server_the_quiet_is_counted_in_audio(make: Any) -> None:
+    """The clock says the wait is over, but the audio of that quiet has not been read yet
+    (the words that break it may be in it): the turn waits for the audio."""
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5, level=3000)
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S)
+    assert turn.ended == [], "ended on the clock while the audio lagged behind"
+    await turn.hear(WAIT_S - STOP_SECS)
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+
+
+async def test_audio_that_stops_coming_leaves_the_clock_to_decide(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(adaptive_stop, "MAX_AUDIO_LAG_S", 0.2)
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5)
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S + 0.1)
+    assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.3
+
+
+async def test_a_short_word_the_vad_let_pass_starts_the_quiet_again(make: Any) -> None:
+    """apples... bread... milk: Silero reported no speech for "bread", but it was not quiet."""
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5, level=3000)
+    await turn.pause("I need apples.")
+    await turn.hear(0.3)
+    await turn.hear(0.3, level=2000)  # "bread", unreported
+    await turn.hear(WAIT_S - 0.1)
+    await asyncio.sleep(WAIT_S)
+    assert turn.ended == [], "a word in the pause did not count"
+    await turn.hear(0.1)
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+
+
+def test_the_upper_bound_cannot_be_shorter_than_the_short_wait() -> None:
+    with pytest.raises(ValueError, match="upper bound"):
+        TurnSettings(complete_wait_s=1.0, unfinished_wait_s=0.5)
+    with pytest.raises(ValueError, match="upper bound"):
+        AdaptiveUserTurnStopStrategy(complete_wait_s=1.0, unfinished_wait_s=0.5)
