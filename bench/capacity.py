@@ -41,7 +41,6 @@ import contextlib
 import datetime
 import functools
 import itertools
-import json
 import math
 import os
 import platform
@@ -60,6 +59,7 @@ from fastapi import FastAPI, WebSocket  # module level: FastAPI reads the hints
 
 from bench import peers
 from bench.peers import Peers, stop_process, wait_http
+from bench.stock_twilio import stock_twilio_transport
 from tests.fakes.serving import free_port
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, ulaw_speech
 
@@ -113,11 +113,6 @@ def _stock_app() -> Any:
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
     from pipecat.processors.audio.vad_processor import VADProcessor
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-    from pipecat.serializers.twilio import TwilioFrameSerializer
-    from pipecat.transports.websocket.fastapi import (
-        FastAPIWebsocketParams,
-        FastAPIWebsocketTransport,
-    )
     from pipecat.workers.runner import WorkerRunner
 
     from tests.fakes.speech_server import tone
@@ -141,26 +136,7 @@ def _stock_app() -> Any:
 
     @app.websocket("/telephony/twilio/ws")
     async def media(websocket: WebSocket) -> None:
-        await websocket.accept()
-        while True:
-            message = json.loads(await websocket.receive_text())
-            if message.get("event") == "start":
-                break
-        start = message["start"]
-        serializer = TwilioFrameSerializer(
-            start["streamSid"],
-            start["callSid"],
-            params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
-        )
-        transport = FastAPIWebsocketTransport(
-            websocket=websocket,
-            params=FastAPIWebsocketParams(
-                audio_in_enabled=True,
-                audio_out_enabled=True,
-                add_wav_header=False,
-                serializer=serializer,
-            ),
-        )
+        transport = await stock_twilio_transport(websocket)
         pipeline = Pipeline(
             [
                 transport.input(),

@@ -28,7 +28,6 @@ one), never in the bench's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -36,6 +35,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before faster-whisper and huggingface_hub load
 
 from fastapi import FastAPI, WebSocket
+
+from bench.stock_twilio import stock_twilio_transport
 
 WS_PATH = "/telephony/twilio/ws"
 HEALTH_PATH = "/healthz"
@@ -57,13 +58,8 @@ def create_app() -> FastAPI:
         LLMUserAggregatorParams,
     )
     from pipecat.processors.audio.vad_processor import VADProcessor
-    from pipecat.serializers.twilio import TwilioFrameSerializer
     from pipecat.services.piper.tts import PiperTTSService
     from pipecat.services.whisper.stt import WhisperSTTService
-    from pipecat.transports.websocket.fastapi import (
-        FastAPIWebsocketParams,
-        FastAPIWebsocketTransport,
-    )
     from pipecat.turns.user_start import (
         TranscriptionUserTurnStartStrategy,
         VADUserTurnStartStrategy,
@@ -88,26 +84,7 @@ def create_app() -> FastAPI:
 
     @app.websocket(WS_PATH)
     async def media(websocket: WebSocket) -> None:
-        await websocket.accept()
-        while True:
-            message = json.loads(await websocket.receive_text())
-            if message.get("event") == "start":
-                break
-        start = message["start"]
-        serializer = TwilioFrameSerializer(
-            start["streamSid"],
-            start["callSid"],
-            params=TwilioFrameSerializer.InputParams(auto_hang_up=False),
-        )
-        transport = FastAPIWebsocketTransport(
-            websocket=websocket,
-            params=FastAPIWebsocketParams(
-                audio_in_enabled=True,
-                audio_out_enabled=True,
-                add_wav_header=False,
-                serializer=serializer,
-            ),
-        )
+        transport = await stock_twilio_transport(websocket)
         stt = WhisperSTTService(
             device="cpu",
             compute_type="int8",
