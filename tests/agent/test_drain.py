@@ -7,6 +7,7 @@ A real ``serve`` process, real phone callers speaking Twilio's Media Streams pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import signal
 import time
@@ -24,14 +25,16 @@ from tests.fakes.twilio_caller import SILENCE, TwilioCaller
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def serve(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
+@contextlib.contextmanager
+def vllm_profile_server(
+    tmp_path: Path, asr_server_url: str, *, drain_timeout_s: float
+) -> Iterator[Serve]:
     """The vllm profile against the offline ASR server, the offline responder, no TTS."""
     env = {
         "VOICE_AGENT_STT__URL": asr_server_url,
         "VOICE_AGENT_LLM__BASE_URL": "",
         "VOICE_AGENT_TTS__BASE_URL": "http://127.0.0.1:9/v1",
-        "VOICE_AGENT_SERVER__DRAIN_TIMEOUT_S": "4",
+        "VOICE_AGENT_SERVER__DRAIN_TIMEOUT_S": f"{drain_timeout_s:g}",
     }
     process = Serve(tmp_path, "--profile", "vllm", env=env)
     try:
@@ -39,6 +42,12 @@ def serve(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
         yield process
     finally:
         process.kill()
+
+
+@pytest.fixture
+def serve(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
+    with vllm_profile_server(tmp_path, asr_server_url, drain_timeout_s=4) as process:
+        yield process
 
 
 @dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agent.test_drain import Line, wait_active
+from tests.agent.test_drain import Line, vllm_profile_server, wait_active
 from tests.agent.test_serve import ROOT, Serve
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,18 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def serve(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
-    env = {
-        "VOICE_AGENT_STT__URL": asr_server_url,
-        "VOICE_AGENT_LLM__BASE_URL": "",
-        "VOICE_AGENT_TTS__BASE_URL": "http://127.0.0.1:9/v1",
-        "VOICE_AGENT_SERVER__DRAIN_TIMEOUT_S": "30",
-    }
-    process = Serve(tmp_path, "--profile", "vllm", env=env)
-    try:
-        process.wait_healthy()
+    with vllm_profile_server(tmp_path, asr_server_url, drain_timeout_s=30) as process:
         yield process
-    finally:
-        process.kill()
 
 
 def drain_now(*args: str, timeout_s: float = 20) -> subprocess.CompletedProcess[str]:
