@@ -56,7 +56,7 @@ from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.llm.clients import close_shared_clients
-from agent.observability.answer_outcomes import count_answer_outcomes
+from agent.observability.answer_outcomes import count_turn_outcomes
 from agent.observability.call_record import CallRecordObserver
 from agent.observability.call_recording import CallRecordings
 from agent.observability.client_latency import TurnLatencyToClient
@@ -260,5 +260,5 @@ class ObservedCalls:
         if self._recordings is not None:
             observers.append(self._recordings.recorder(call))
         observe_inline(worker, observers)
-        count_answer_outcomes(worker, self._metrics)
+        count_turn_outcomes(worker, self._metrics)
         return worker

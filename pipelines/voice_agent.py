@@ -103,7 +103,7 @@ def build_voice_agent_task(
     keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
     user_aggregator, assistant_aggregator = tentative_answer_aggregators(
         llm_conversation(settings.llm, tools),
-        user_params=LLMUserAggregatorParams(user_turn_strategies=_turn_strategies(turn)),
+        user_params=_user_params(turn),
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
     )
@@ -149,21 +149,29 @@ def build_voice_agent_task(
     )
 
 
-def _turn_strategies(turn: TurnSettings) -> UserTurnStrategies:
+def _user_params(turn: TurnSettings) -> LLMUserAggregatorParams:
+    """The turn strategies, and Pipecat's user-turn fallback as a safety net behind them: the
+    adaptive strategy has a deadline of its own on every path, so reaching the fallback is an
+    error (counted as ``turn_fallback``), never part of a normal turn."""
     stop: BaseUserTurnStopStrategy
+    fallback_s = LLMUserAggregatorParams.user_turn_stop_timeout
     if turn.end_of_turn == "adaptive":
         stop = AdaptiveUserTurnStopStrategy(
             complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
             turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
         )
+        fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:
         stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=_smart_turn())
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
-    return UserTurnStrategies(
+    strategies = UserTurnStrategies(
         start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
         stop=[stop],
+    )
+    return LLMUserAggregatorParams(
+        user_turn_strategies=strategies, user_turn_stop_timeout=fallback_s
     )
 
 

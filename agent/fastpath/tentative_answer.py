@@ -76,6 +76,13 @@ EagerOutcome = Literal["kept", "restarted", "withdrawn"]
 """What became of an eager answer: kept (the final matched), restarted on the final text,
 or withdrawn because the user went on (or the LLM wanted a tool)."""
 
+TURN_FALLBACK_WARNING = (
+    "the user turn was ended by Pipecat's fallback (user_turn_stop_timeout), not by the "
+    "end-of-turn strategy: turn_fallback"
+)
+"""Logged when a turn reaches Pipecat's safety net: every turn should end on a deadline of
+the strategy's own, so this is an error (counted as ``turn_fallback``) and fails a test."""
+
 
 class TentativeAnswerUserAggregator(LLMUserAggregator):
     """Pipecat's user aggregator, with eager answers and false ends merged into one turn.
@@ -112,6 +119,7 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         self._unheard_message: LLMContextMessage | None = None  # the last turn, no audio yet
         self._register_event_handler("on_eager_answer")
         self._register_event_handler("on_false_end_merged")
+        self.add_event_handler("on_user_turn_stop_timeout", self._warn_turn_fallback)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, BotStartedSpeakingFrame):
@@ -125,6 +133,9 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         await super().process_frame(frame, direction)
         if isinstance(frame, EagerTranscriptionFrame) and self._eager_answer and self._turn_open:
             await self._speculate(frame.text)
+
+    async def _warn_turn_fallback(self, _aggregator: object) -> None:
+        logger.warning(f"{self}: {TURN_FALLBACK_WARNING}")
 
     async def broadcast_interruption(self) -> None:
         """Interrupt the bot, keeping the user's words still queued here (see the module)."""

@@ -1,4 +1,9 @@
-"""Counts what became of tentative answers (:mod:`agent.fastpath.tentative_answer`) per call.
+"""Counts what became of user turns per call: tentative answers
+(:mod:`agent.fastpath.tentative_answer`) and turns left to Pipecat's fallback.
+
+A turn that reaches Pipecat's ``user_turn_stop_timeout`` waited seconds for nothing: the
+end-of-turn strategy has a deadline of its own on every path, so it is counted as an error
+(``voice_agent_errors_total{kind="turn_fallback"}``); the aggregator logs it as a warning.
 
 The keep-rate of eager answers (``voice_agent_eager_answers_total{outcome="kept"}`` over all
 outcomes) says whether ``turn.eager_answer`` pays off for a deployment's recognizer: every
@@ -13,9 +18,9 @@ from agent.fastpath.tentative_answer import EagerOutcome, TentativeAnswerUserAgg
 from agent.observability.metrics import AgentMetrics
 
 
-def count_answer_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None:
-    """Count the outcomes of the call's tentative answers in ``metrics`` (a pipeline without
-    a :class:`TentativeAnswerUserAggregator` counts nothing)."""
+def count_turn_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None:
+    """Count the outcomes of the call's user turns in ``metrics`` (a pipeline without a
+    :class:`TentativeAnswerUserAggregator` counts nothing)."""
     for aggregator in _aggregators(worker):
 
         @aggregator.event_handler("on_eager_answer")
@@ -25,6 +30,10 @@ def count_answer_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None
         @aggregator.event_handler("on_false_end_merged")
         async def _merged(_aggregator: object, _text: str) -> None:
             metrics.false_ends_merged.inc()
+
+        @aggregator.event_handler("on_user_turn_stop_timeout")
+        async def _fallback(_aggregator: object) -> None:
+            metrics.count_error("turn_fallback", "turn")
 
 
 def _aggregators(worker: PipelineWorker) -> list[TentativeAnswerUserAggregator]:

@@ -11,7 +11,13 @@ One generation per user turn::
     VAD start  → commit (non-final), pre-roll, then appends as audio arrives
     VAD stop   → commit {"final": true}
     deltas     → InterimTranscriptionFrame (accumulated text; empty deltas ignored)
-    done       → TranscriptionFrame(finalized=True), so the turn ends without a fallback wait
+    done       → TranscriptionFrame(finalized=True) if it had words, then, words or not,
+                 SpeechSegmentTranscribedFrame, so a turn strategy knows nothing more is coming
+                 for that VAD segment and the turn ends without a fallback wait
+
+A short segment the recognizer heard no words in alone ("Hello there." said in 0.2 s) is not
+dropped: its audio goes in front of the next segment's, if the user speaks again within
+:data:`_JOIN_UNHEARD_WITHIN_S`, and the words come back in that segment's transcript.
 
 Every byte of a turn is kept until its ``done`` arrives: if the connection drops, the service
 reconnects with bounded backoff, redoes the session and replays the turn, so no word is lost.
@@ -65,6 +71,7 @@ from pipecat.utils.time import time_now_iso8601
 
 from agent.stt.audio import StreamConverter, silence
 from agent.stt.channels import ChannelError, ChannelFactory, RealtimeChannel
+from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.stt.params import RealtimeSTTParams
 from agent.stt.protocol import (
     VOXTRAL_MODEL,
@@ -86,6 +93,11 @@ _MAX_RECOVERIES_PER_TURN = 2
 _FINAL_COMMIT_ON_EXIT_S = 1.0
 _CLOSE_WAIT_S = 5.0
 _BACKPRESSURE_PAUSE_S = 0.25
+_JOIN_UNHEARD_MAX_S = 3.0
+"""A segment with no words and at most this much audio (pre-roll included) is tried again in
+front of the next one: a greeting said in a breath, not a minute of background noise."""
+_JOIN_UNHEARD_WITHIN_S = 3.0
+"""How soon after its transcript the next segment must start for an unheard one to join it."""
 
 _ERROR_HINTS = {
     "model_not_found": "set stt.model to the server's --served-model-name",
@@ -140,6 +152,8 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
         self._converter = StreamConverter()
         self._preroll = PreRoll(params.preroll_s)
         self._turns: deque[Turn] = deque()  # head: the turn on the wire; tail: newer turns
+        self._unheard = b""  # the last segment's audio, if it had no words (joins the next)
+        self._unheard_until = 0.0
         self._speaking = False
         self._input_rate = 0
         self._input_channels = 1
@@ -280,6 +294,9 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
         await self._stop_eager_wait()
         await self._cancel_eager_end_of_turn()
         turn = Turn(chunk_bytes=self._chunk_bytes, max_bytes=self._max_turn_bytes)
+        unheard, self._unheard = self._unheard, b""
+        if unheard and time.monotonic() < self._unheard_until:
+            turn.prepend(unheard)
         preroll = self._preroll
         seed = preroll.take()
         if seed:  # the turn's resampler starts here, warmed up by the pre-roll
@@ -301,6 +318,7 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
             # Nothing was heard: nothing to transcribe and no empty commit. (A turn with no
             # audio never opened a generation, so dropping it can't orphan one.)
             self._turns.pop()
+            await self.push_frame(SpeechSegmentTranscribedFrame(""))
         elif turn is self._turns[0] and self._generation_open and self._channel is not None:
             await self._finish_generation(turn)
         if self.eager_end_of_turn_enabled and self._turns and turn is self._turns[0]:
@@ -398,7 +416,22 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
         # Only now is the turn done (``has_pending_turns`` turns False after its transcript
         # is on its way); then the next waiting turn starts its generation.
         self._turns.popleft()
+        if not text:
+            self._join_unheard(turn)
+        await self.push_frame(SpeechSegmentTranscribedFrame(text))
         await self._after_done()
+
+    def _join_unheard(self, turn: Turn) -> None:
+        """Keep a short segment with no words for the next one: alone it was too little for
+        the recognizer, in front of the words that follow it usually is not."""
+        if turn.audio_bytes > seconds_to_bytes(_JOIN_UNHEARD_MAX_S):
+            return
+        audio = turn.replay()
+        if len(self._turns) > 0:
+            self._turns[0].prepend(audio)  # the user already goes on: its generation waits
+        else:
+            self._unheard = audio
+            self._unheard_until = time.monotonic() + _JOIN_UNHEARD_WITHIN_S
 
     async def _on_error(self, event: ErrorEvent) -> None:
         code = event.code or "unknown"
@@ -541,6 +574,7 @@ class VoxtralRealtimeSTTService(EagerEndOfTurnSTTServiceMixin, STTService):
             if turn.recoveries > _MAX_RECOVERIES_PER_TURN:
                 self._turns.popleft()
                 await self.push_error(f"{self}: giving up on a turn after repeated stalls ({why})")
+                await self.push_frame(SpeechSegmentTranscribedFrame(""))
         logger.warning(f"{self}: restarting the generation: {why}")
         await self._drop_channel()
 

@@ -86,6 +86,13 @@ class Turn:
             return None
         return self.take_outbox()
 
+    def prepend(self, pcm: bytes) -> None:
+        """Put earlier audio in front of this turn's (a segment the recognizer heard no words
+        in alone); call it before the turn's generation begins, whose replay then sends it."""
+        if pcm:
+            self._audio.insert(0, pcm)
+            self._size += len(pcm)
+
     def hold(self, chunk: bytes) -> None:
         """Put an unsent chunk back in front of the outbox (the server asked us to wait)."""
         self._outbox[:0] = chunk

@@ -15,11 +15,20 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   on (it ends every fragment with a full stop).
 
 "End of speech" is the VAD's stop less its ``stop_secs``, so the waits do not grow when the
-recognizer is slow, and a turn never ends before the final transcript of its last stretch of
-speech is in (our STT sends one, ``finalized``, per VAD segment that had words), unless
-:data:`LATE_FINAL_S` more than the upper bound has passed, so a segment with no words (a
-cough) cannot hold the turn open. Speech before the deadline (a VAD start) cancels it, as in
-Pipecat's speech-timeout strategy.
+recognizer is slow. Every path has a deadline of its own, so no turn is left to Pipecat's
+``user_turn_stop_timeout`` (reaching it is a counted error, ``turn_fallback``):
+
+- The words. A turn never ends while a VAD segment's transcript is still on its way: the STT
+  answers every segment, words or not, with a
+  :class:`~agent.stt.frames.SpeechSegmentTranscribedFrame`, so the strategy knows exactly how
+  many are due, whatever the order in which finals and new speech arrive on a busy machine. A
+  final that comes after the deadline ends the turn the moment it arrives; one that never comes
+  (the STT lost its server) is given up :data:`LATE_FINAL_S` past the upper bound.
+- No words. A turn whose segments all came back empty (a cough) ends at the upper bound, as
+  Pipecat ends an empty turn.
+- No speech. Words with no VAD segment in the turn (a keypress sequence, a typed message) end
+  the turn ``complete_wait_s`` after they arrive when final, ``unfinished_wait_s`` otherwise.
+- Speech before the deadline (a VAD start) cancels it, as in Pipecat's speech-timeout strategy.
 
 The waits are measured on the clock and, when the caller's audio reaches this strategy (it
 does when Smart Turn is on), also in that audio: on a busy server that reads audio late, a
@@ -36,6 +45,7 @@ stop, while the recognizer finishes, so it adds no wait unless it is the slower 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import numpy as np
@@ -53,15 +63,15 @@ from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
+from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns.completeness import looks_like_complete_question
 
-LATE_FINAL_S = 5.0
-"""How much longer than the upper bound a turn waits for its last final transcript. A busy
-recognizer can take seconds (our STT finalizes a turn's segments one after another, so each
-waits for the one before), and a turn ended without its last words answers half of them and
-starts a second turn on the rest; but a segment the recognizer heard no words in gets no final
-at all (our STT sends none for empty text), and must not hold the turn forever. The STT gives
-up on a final 5 s after asking for it (``stt.params.final_timeout_s``)."""
+LATE_FINAL_S = 2.5
+"""How much longer than the upper bound a turn waits for a segment's transcript that is still
+due. A busy recognizer can take seconds (our STT transcribes a caller's segments one after
+another), and a turn ended without its last words answers half of them and starts a second
+turn on the rest; but a transcript that never comes must not hold the turn open. Together with
+:data:`MAX_AUDIO_LAG_S` this keeps every deadline inside Pipecat's 5 s fallback."""
 
 
 MAX_AUDIO_LAG_S = 1.0
@@ -106,15 +116,33 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
         self._text = ""
+        self._final = False  # the last words came in a final transcript
+        self._words_at: float | None = None  # wall clock: when words last came
         self._speaking = False
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
         self._quiet_heard_s: float | None = None  # quiet audio seen since then (passthrough)
         self._speech_rms = 0.0  # the caller's level while the VAD hears speech
-        self._finals_pending = 0  # VAD segments whose final transcript is not in yet
+        # VAD segments whose transcript is due, and those given up on whose transcript may
+        # still come. Kept across turns: the STT answers every segment, in order.
+        self._segments_due = 0
+        self._segments_given_up = 0
         self._audio_flows = False  # caller audio reaches us (Smart Turn on: STT passthrough)
+        self._segments_heard = 0  # VAD starts so far: a verdict is for the latest one only
         self._verdict: EndOfTurnState | None = None
+        self._verdict_due = False  # Smart Turn is judging the latest pause
         self._verdict_task: asyncio.Task[None] | None = None
-        self._deadline_task: asyncio.Task[None] | None = None
+        # One task sleeps until the turn's deadline and looks again whenever something that
+        # decides it changes (``_changed``): frames arrive on two paths (system frames such
+        # as the VAD's overtake transcripts), so the deadline is always computed afresh from
+        # the state, never carried by a timer armed before an await.
+        self._changed = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def longest_wait_s(self) -> float:
+        """The latest any turn ends after the end of its speech: the safety net (Pipecat's
+        ``user_turn_stop_timeout``) belongs past this."""
+        return self._unfinished_wait_s + LATE_FINAL_S + MAX_AUDIO_LAG_S
 
     async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
         await super().setup(setup)
@@ -123,18 +151,24 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        await self._cancel_pending()
+        for task in (self._watcher, self._verdict_task):
+            if task is not None:
+                await self.task_manager.cancel_task(task)
+        self._watcher = self._verdict_task = None
         if self._analyzer is not None:
             await self._analyzer.cleanup()
 
     async def handle_user_turn_started(self) -> None:
         self._text = ""
+        self._final = False
+        self._words_at = None
 
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
-        self._finals_pending = 0
-        self._speech_ended_at = self._quiet_heard_s = None
-        await self._cancel_pending()
+        self._final = False
+        self._words_at = self._speech_ended_at = self._quiet_heard_s = None
+        self._verdict, self._verdict_due = None, False
+        self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
 
@@ -149,23 +183,30 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._analyzer is not None:  # how much audio before the report is speech
                 self._analyzer.update_vad_start_secs(frame.start_secs)
             self._speaking = True
-            self._finals_pending += 1
+            self._segments_heard += 1
+            self._segments_due += 1
             self._speech_ended_at = self._quiet_heard_s = None
-            await self._cancel_pending()
+            self._verdict, self._verdict_due = None, False
+            self._schedule()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._speaking = False
             self._speech_ended_at = frame.timestamp - frame.stop_secs
             self._quiet_heard_s = frame.stop_secs if self._audio_flows else None
             if self._analyzer is not None:
-                self._verdict_task = self.task_manager.create_task(
-                    self._ask_analyzer(), f"{self}::_ask_analyzer"
-                )
-            await self._schedule()
+                await self._ask_analyzer()
+            self._schedule()
         elif isinstance(frame, TranscriptionFrame):
-            self._text = f"{self._text} {frame.text}".strip()
-            if frame.finalized:
-                self._finals_pending = max(0, self._finals_pending - 1)
-            await self._schedule()
+            if frame.text.strip():
+                self._text = f"{self._text} {frame.text}".strip()
+                self._final = frame.finalized
+                self._words_at = time.time()
+                self._schedule()
+        elif isinstance(frame, SpeechSegmentTranscribedFrame):
+            if self._segments_given_up > 0:
+                self._segments_given_up -= 1  # a segment the last turn ended without
+            else:
+                self._segments_due = max(0, self._segments_due - 1)
+                self._schedule()
         return ProcessFrameResult.CONTINUE
 
     def _measure(self, frame: InputAudioRawFrame) -> None:
@@ -184,62 +225,96 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._quiet_heard_s += pcm.size / max(frame.num_channels, 1) / frame.sample_rate
 
     async def _ask_analyzer(self) -> None:
+        """Have Smart Turn judge this pause on its own thread, while the recognizer finishes."""
+        if self._verdict_task is not None:
+            await self.task_manager.cancel_task(self._verdict_task)  # an older pause's
+        self._verdict_due = True
+        self._verdict_task = self.task_manager.create_task(
+            self._judge(self._segments_heard), f"{self}::_judge"
+        )
+
+    async def _judge(self, segment: int) -> None:
         assert self._analyzer is not None
         state, metrics = await self._analyzer.analyze_end_of_turn()
         if metrics is not None:
             await self.push_frame(MetricsFrame(data=[metrics]))
-        self._verdict = state
+        if segment == self._segments_heard and not self._speaking:  # still this pause's
+            self._verdict, self._verdict_due = state, False
+            self._schedule()
         self._verdict_task = None
-        await self._schedule()
 
     def _complete(self) -> bool:
         if not looks_like_complete_question(self._text):
             return False
         return self._analyzer is None or self._verdict == EndOfTurnState.COMPLETE
 
-    async def _schedule(self) -> None:
-        """(Re)arm the turn's end for what is known now; end it at once if that time passed."""
-        if self._speaking or self._speech_ended_at is None or not self._text:
-            return
+    def _deadline(self) -> float | None:
+        """When the turn ends, from what is known now; ``None`` while nothing is to end."""
+        if self._speaking:
+            return None
+        if self._speech_ended_at is None:
+            # Words without speech in this turn: keypresses, a typed message.
+            if self._words_at is None:
+                return None
+            wait = self._complete_wait_s if self._final else self._unfinished_wait_s
+            return self._words_at + wait
         bound = self._speech_ended_at + self._unfinished_wait_s
-        if self._finals_pending > 0:
-            at = bound + LATE_FINAL_S  # the last words belong to this turn: wait for them
-        elif self._verdict_task is not None:
-            at = bound  # Smart Turn's verdict arrives (or is not needed) before this
-        else:
-            at = self._speech_ended_at + (
-                self._complete_wait_s if self._complete() else self._unfinished_wait_s
-            )
-        if self._deadline_task is not None:
-            await self.task_manager.cancel_task(self._deadline_task)
-        self._deadline_task = self.task_manager.create_task(self._end_at(at), f"{self}::_end_at")
+        if self._segments_due > 0:
+            return bound + LATE_FINAL_S  # the last words belong to this turn: wait for them
+        if not self._text:
+            return bound  # every segment came back without words: an empty turn
+        if self._verdict_due:
+            return bound  # Smart Turn's verdict arrives (or is not needed) before this
+        return self._speech_ended_at + (
+            self._complete_wait_s if self._complete() else self._unfinished_wait_s
+        )
 
-    async def _end_at(self, at: float) -> None:
-        """End the turn at ``at``, or later if the audio of that quiet has not been seen yet."""
-        assert self._speech_ended_at is not None
-        quiet_needed = at - self._speech_ended_at
-        give_up_at = at + MAX_AUDIO_LAG_S
+    def _schedule(self) -> None:
+        """Something that decides the turn's end changed: the watcher looks again."""
+        self._changed.set()
+        if self._watcher is None:
+            self._watcher = self.task_manager.create_task(self._watch(), f"{self}::_watch")
+
+    async def _watch(self) -> None:
+        """Sleep until the turn's deadline, looking again whenever what decides it changes;
+        then end the turn."""
         while True:
-            delay = at - time.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if self._quiet_heard_s is None or self._quiet_heard_s >= quiet_needed - 0.005:
-                break
-            if time.time() >= give_up_at:
-                break  # audio stopped coming (a client that sends none in silence): the clock
-            # A busy server reads the caller's audio late: the clock says the quiet has lasted,
-            # but the words that broke it may still be on their way. Wait for the audio (a
-            # late burst comes all at once, so look again soon).
-            at = time.time() + min(0.02, quiet_needed - self._quiet_heard_s)
-        self._deadline_task = None
-        if self._speaking or not self._text:
-            return
-        logger.debug(f"{self}: turn ends ({'complete' if self._complete() else 'waited'})")
+            self._changed.clear()
+            at = self._deadline()
+            if at is None:
+                await self._changed.wait()
+                continue
+            wait = at - time.time()
+            if wait <= 0:
+                wait = self._audio_behind(at)
+                if wait <= 0:
+                    break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait)
+        self._watcher = None
+        if self._segments_due > 0:
+            logger.warning(
+                f"{self}: {self._segments_due} transcript(s) overdue; the turn ends without them"
+            )
+            self._segments_given_up += self._segments_due
+            self._segments_due = 0
+        how = ("complete" if self._complete() else "waited") if self._text else "no words"
+        logger.debug(f"{self}: turn ends ({how})")
         await self.trigger_user_turn_stopped()
 
-    async def _cancel_pending(self) -> None:
-        self._verdict = None
-        for task in (self._deadline_task, self._verdict_task):
-            if task is not None:
-                await self.task_manager.cancel_task(task)
-        self._deadline_task = self._verdict_task = None
+    def _audio_behind(self, at: float) -> float:
+        """How long to wait for the audio of the quiet the clock says has lasted until ``at``
+        (0: it has been heard, or there is no audio to wait for).
+
+        A busy server reads the caller's audio late: the clock says the quiet has lasted, but
+        the words that broke it may still be on their way, and a sound the VAD did not call
+        speech starts the quiet again. Looked at again soon (a late burst comes all at once),
+        for at most :data:`MAX_AUDIO_LAG_S` past the deadline, then the clock decides (a client
+        may send no audio in silence).
+        """
+        if self._quiet_heard_s is None or self._speech_ended_at is None:
+            return 0.0
+        missing = (at - self._speech_ended_at) - self._quiet_heard_s
+        if missing <= 0.005 or time.time() >= at + MAX_AUDIO_LAG_S:
+            return 0.0
+        return min(0.02, missing)

@@ -18,6 +18,10 @@ gets there, so the client's reconnect finds a healthy peer:
 - ``stall_after=N``: after the Nth append, read on but answer nothing (a stalled engine);
 - ``garbage_after=N``: after the Nth append, send one text frame that is not JSON;
 - ``hold_finals``: answer each final commit only once this event is set (a slow engine);
+- ``final_delay_s``: answer each final commit this long after it (a slow recognizer, so a
+  final can land after the caller went on speaking);
+- ``words_from_samples=N``: a generation of fewer samples comes back with no words (a
+  recognizer that cannot decode a greeting said in a breath alone);
 - ``answer_final=False``: leave final commits unanswered (a lost ``done``);
 - ``on_append``: a coroutine called after every append, for scripted replies.
 
@@ -85,6 +89,8 @@ class RealtimePeer:
     keep_audio: bool = True
     answer_final: bool = True
     hold_finals: asyncio.Event | None = None
+    final_delay_s: float = 0.0
+    words_from_samples: int = 0
     drop_after: int | None = None
     stall_after: int | None = None
     garbage_after: int | None = None
@@ -267,9 +273,13 @@ class _Session:
         generation.final = True
         if self.peer.hold_finals is not None:
             await self.peer.hold_finals.wait()
+        if self.peer.final_delay_s:
+            await asyncio.sleep(self.peer.final_delay_s)
         if not self.peer.answer_final or self.stalled:
             return
         text = self.peer.transcript if self.peer.transcript is not None else str(generation.samples)
+        if generation.samples < self.peer.words_from_samples:
+            text = ""
         await self.send(TranscriptionDelta(""))
         await self.send(TranscriptionDone(text, {"audio_samples": generation.samples}))
         self.current = None

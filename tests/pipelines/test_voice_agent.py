@@ -284,16 +284,24 @@ def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
 
     from agent.config import TurnSettings
     from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
-    from pipelines.voice_agent import _turn_strategies
+    from pipelines.voice_agent import _user_params
 
-    (smart,) = _turn_strategies(TurnSettings(end_of_turn="silence", smart_turn=True)).stop
+    def stop_strategy(turn: TurnSettings) -> object:
+        strategies = _user_params(turn).user_turn_strategies
+        assert strategies is not None and strategies.stop is not None
+        (stop,) = strategies.stop
+        return stop
+
+    smart = stop_strategy(TurnSettings(end_of_turn="silence", smart_turn=True))
     assert isinstance(smart, TurnAnalyzerUserTurnStopStrategy)
     assert isinstance(smart._turn_analyzer, LocalSmartTurnAnalyzerV3)
-    (plain,) = _turn_strategies(TurnSettings(end_of_turn="silence", smart_turn=False)).stop
+    plain = stop_strategy(TurnSettings(end_of_turn="silence", smart_turn=False))
     assert type(plain) is SpeechTimeoutUserTurnStopStrategy
-    (adaptive,) = _turn_strategies(TurnSettings()).stop
+    adaptive = stop_strategy(TurnSettings())
     assert isinstance(adaptive, AdaptiveUserTurnStopStrategy)
     assert isinstance(adaptive._analyzer, LocalSmartTurnAnalyzerV3)
+    # Pipecat's fallback is a safety net behind the strategy's own longest deadline.
+    assert _user_params(TurnSettings()).user_turn_stop_timeout > adaptive.longest_wait_s
     build_voice_agent_task(  # the whole pipeline builds with it, too
         LoopbackTransport(),
         load_settings("default", overrides={"turn": {"smart_turn": True}}),

@@ -26,6 +26,7 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
+from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.stt.service import VoxtralRealtimeSTTService
 
 
@@ -38,6 +39,8 @@ class Recorder(FrameProcessor):
         self.interims: list[InterimTranscriptionFrame] = []
         self.errors: list[ErrorFrame] = []
         self.eager: list[EagerTranscriptionFrame | EagerEndOfTurnCancelFrame] = []
+        self.segments: list[SpeechSegmentTranscribedFrame] = []
+        self.order: list[Frame] = []  # finals and segment frames, as they came
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -45,6 +48,10 @@ class Recorder(FrameProcessor):
             self.eager.append(frame)
         elif isinstance(frame, TranscriptionFrame):
             self.finals.put_nowait(frame)
+            self.order.append(frame)
+        elif isinstance(frame, SpeechSegmentTranscribedFrame):
+            self.segments.append(frame)
+            self.order.append(frame)
         elif isinstance(frame, InterimTranscriptionFrame):
             self.interims.append(frame)
         elif isinstance(frame, ErrorFrame):

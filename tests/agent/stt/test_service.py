@@ -14,6 +14,7 @@ from agent.stt.params import RealtimeSTTParams
 from agent.stt.protocol import ErrorEvent, TranscriptionDelta
 from agent.stt.service import VoxtralRealtimeSTTService
 from tests.agent.stt.harness import SttHarness
+from tests.agent.transports.stack import async_wait_for
 from tests.fakes.realtime_peer import Generation, RealtimePeer, Send
 
 MODEL = "voxtral-test"
@@ -158,6 +159,45 @@ async def test_an_empty_turn_while_waiting_for_done_does_not_block_later_turns()
             two = await h.final(timeout=5)
         assert (one.text, two.text) == ("4800", "3200")
         assert peer.violations == []
+
+
+async def test_every_segment_is_answered_in_order_words_or_not() -> None:
+    """A turn strategy counts on it: one ``SpeechSegmentTranscribedFrame`` per VAD segment,
+    right after that segment's final when it had words, none missing for an empty one."""
+    async with RealtimePeer(model=MODEL, words_from_samples=6_000) as peer:
+        async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
+            await h.say(tone(0.5, 16_000))
+            await h.final()
+            await h.say(b"")  # a VAD blip with no audio at all
+            await h.say(tone(0.2, 16_000))  # too short for words: joins the next segment
+            await async_wait_for(
+                lambda: len(h.downstream.segments) == 3, timeout_s=10, what="three segments"
+            )
+        kinds = [type(frame).__name__ for frame in h.downstream.order]
+        assert kinds == [
+            "TranscriptionFrame",
+            "SpeechSegmentTranscribedFrame",
+            "SpeechSegmentTranscribedFrame",
+            "SpeechSegmentTranscribedFrame",
+        ]
+        assert [frame.text for frame in h.downstream.segments] == ["8000", "", ""]
+
+
+async def test_a_short_segment_with_no_words_is_heard_again_with_the_next() -> None:
+    """ "Hello there." in a breath comes back empty alone; its audio goes in front of the
+    next segment's (already waiting, or begun soon after), so its words are not lost."""
+    for gap_s in (0.0, 0.3):  # the next segment began before / after the empty final
+        async with RealtimePeer(
+            model=MODEL, words_from_samples=6_000, final_delay_s=0.2 if gap_s == 0 else 0.0
+        ) as peer:
+            async with SttHarness(make_service(peer.url, preroll_s=0.0)) as h:
+                await h.say(tone(0.2, 16_000))
+                await asyncio.sleep(gap_s)
+                await h.say(tone(0.5, 16_000))
+                final = await h.final()
+            assert final.text == str(3_200 + 8_000), f"gap {gap_s}: {final.text}"
+            assert [frame.text for frame in h.downstream.segments] == ["", final.text]
+            assert peer.violations == []
 
 
 @pytest.mark.parametrize(

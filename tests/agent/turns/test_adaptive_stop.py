@@ -1,5 +1,10 @@
 """The adaptive end of turn, frame by frame: a complete question ends at once, anything else
-after the longer wait, speech cancels the wait, and the upper bound holds without a final."""
+after the longer wait, speech cancels the wait, and every path has a deadline of its own:
+segments with no words, transcripts that never come, words with no speech (keypresses).
+
+The frames are those our STT sends: a final ``TranscriptionFrame`` when a VAD segment had
+words, then a ``SpeechSegmentTranscribedFrame`` for every segment, words or not. Random
+timings and orders are in ``test_turn_end_under_random_timing.py``."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from pipecat.processors.frame_processor import FrameProcessorSetup
 from pipecat.utils.asyncio.task_manager import TaskManager
 
 from agent.config import TurnSettings
+from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
 from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
 
@@ -80,13 +86,30 @@ class Recorder:
             await self.strategy.handle_user_turn_started()
 
     async def pause(self, heard: str | None) -> None:
-        """The person goes quiet; the VAD says so STOP_SECS later, then the final comes."""
+        """The person goes quiet; the VAD says so STOP_SECS later, then the segment's
+        transcript comes (``""``: no words; ``None``: not yet)."""
         self.speech_ended_at = time.time() - STOP_SECS
         await self.strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=STOP_SECS))
         if heard is not None:
+            await self.transcribed(heard)
+
+    async def transcribed(self, heard: str) -> None:
+        """The STT is done with the oldest segment still due: its final, if it had words."""
+        if heard:
             final = TranscriptionFrame(heard, "user", "now")
             final.finalized = True
             await self.strategy.process_frame(final)
+        await self.strategy.process_frame(SpeechSegmentTranscribedFrame(heard))
+
+    async def keypresses(self, text: str) -> None:
+        """A final transcript with no speech (Pipecat's DTMF aggregator); a turn starts on it."""
+        final = TranscriptionFrame(text, "user", "now")
+        final.finalized = True
+        if not self.in_turn:
+            self.in_turn = True
+            await self.strategy.handle_user_turn_started()
+        self.speech_ended_at = time.time()
+        await self.strategy.process_frame(final)
 
     async def hear(self, seconds: float, level: int = 0) -> None:
         """Caller audio as the STT passes it through (8 kHz, 20 ms frames, a constant
@@ -163,24 +186,91 @@ async def test_a_late_final_is_waited_for_past_the_bound(make: Any) -> None:
     await turn.pause(None)
     await asyncio.sleep(WAIT_S + 0.2)
     assert turn.ended == [], "ended without its last words"
-    final = TranscriptionFrame("For two people.", "user", "now")
-    final.finalized = True
-    await turn.strategy.process_frame(final)
+    await turn.transcribed("For two people.")
     await asyncio.sleep(0.05)
     assert len(turn.ended) == 1
+
+
+async def test_a_final_that_comes_after_the_caller_went_on_still_counts(make: Any) -> None:
+    """A slow recognizer: the first segment's final arrives while the second is spoken; the
+    turn then waits for the second's, and a complete question ends at once."""
+    turn = await make()
+    await turn.speak()
+    await turn.pause(None)
+    await turn.speak()
+    await turn.transcribed("Hello there.")
+    await turn.pause(None)
+    await asyncio.sleep(0.05)
+    await turn.transcribed("Can you tell me when the store opens?")
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+    assert turn.after_speech() < STOP_SECS + 0.2
+
+
+async def test_a_segment_with_no_words_holds_nothing_up(make: Any) -> None:
+    """Its words (if any) come in the next segment's final, as the STT joins them: the
+    question that follows ends the turn at once, not a late-final wait later."""
+    turn = await make()
+    await turn.speak()
+    await turn.pause(None)
+    await turn.speak()
+    await turn.transcribed("")  # "Hello there." was too short for the recognizer alone
+    await turn.pause("Hello there. Can you tell me when the store opens?")
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+    assert turn.after_speech() < STOP_SECS + 0.1
+
+
+async def test_a_turn_with_no_words_ends_at_the_bound(make: Any) -> None:
+    """A cough: no transcript, so nothing to answer, but the turn it opened must end."""
+    turn = await make()
+    await turn.speak()
+    await turn.pause("")
+    await asyncio.sleep(WAIT_S + 0.1)
+    assert WAIT_S - 0.02 < turn.after_speech() < WAIT_S + 0.1
 
 
 async def test_the_wait_for_a_final_that_never_comes_is_bounded(
     make: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The STT lost its server: the segment's transcript never comes."""
     monkeypatch.setattr(adaptive_stop, "LATE_FINAL_S", 0.3)
     turn = await make()
     await turn.speak()
     await turn.pause("I need apples.")
-    await turn.speak()  # a cough: the recognizer hears no words, no final follows
+    await turn.speak()
     await turn.pause(None)
     await asyncio.sleep(WAIT_S + 0.4)
     assert WAIT_S + 0.28 < turn.after_speech() < WAIT_S + 0.4
+
+
+async def test_a_transcript_given_up_on_does_not_end_the_next_turn_early(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When it finally comes, it settles the segment it belongs to, not the next turn's."""
+    monkeypatch.setattr(adaptive_stop, "LATE_FINAL_S", 0.1)
+    turn = await make()
+    await turn.speak()
+    await turn.pause(None)
+    await asyncio.sleep(WAIT_S + 0.2)
+    assert len(turn.ended) == 1
+    await turn.speak()
+    await turn.pause(None)
+    await turn.transcribed("")  # the first turn's, long overdue
+    await asyncio.sleep(0.1)
+    assert len(turn.ended) == 1, "the overdue transcript ended a turn still waiting for its own"
+    await turn.transcribed("What time is it?")
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 2
+
+
+async def test_keypresses_end_their_turn_as_soon_as_they_arrive(make: Any) -> None:
+    """A DTMF sequence is a final transcript with no VAD events: it has its own deadline."""
+    turn = await make()
+    await turn.keypresses("The caller pressed 42.")
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+    assert turn.after_speech() < 0.05
 
 
 async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
