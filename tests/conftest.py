@@ -61,3 +61,27 @@ def asr_server_url() -> Iterator[str]:
         yield f"ws://127.0.0.1:{port}/v1/realtime"
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_turn_left_to_the_fallback(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every user turn must end on a deadline of the end-of-turn strategy's own: a turn that
+    reaches Pipecat's fallback fails the test it happened in (servers the test runs in this
+    process included). ``@pytest.mark.turn_fallback_expected`` opts out, for the test of the
+    warning itself."""
+    from loguru import logger
+
+    from agent.fastpath.tentative_answer import TURN_FALLBACK_WARNING
+
+    seen: list[str] = []
+    sink = logger.add(
+        lambda message: seen.append(str(message)),
+        level="WARNING",
+        filter=lambda record: TURN_FALLBACK_WARNING in record["message"],
+    )
+    try:
+        yield
+    finally:
+        logger.remove(sink)
+    if seen and request.node.get_closest_marker("turn_fallback_expected") is None:
+        pytest.fail(f"a user turn was left to Pipecat's fallback: {seen[0].strip()}")

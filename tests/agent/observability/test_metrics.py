@@ -133,3 +133,61 @@ async def test_stt_reconnects_and_errors_are_counted(
             kind = dict(labels)["kind"]
             errors_by_kind[kind] = errors_by_kind.get(kind, 0) + value
     assert errors_by_kind == {"VoxtralRealtimeSTTService": 1.0}
+
+
+@pytest.mark.turn_fallback_expected
+async def test_a_turn_left_to_pipecats_fallback_is_counted_as_an_error() -> None:
+    """The end-of-turn strategy has a deadline on every path, so Pipecat's fallback is an
+    error: counted, and logged (which fails any other test it happens in)."""
+    from loguru import logger
+    from pipecat.frames.frames import (
+        EndFrame,
+        TranscriptionFrame,
+        VADUserStartedSpeakingFrame,
+        VADUserStoppedSpeakingFrame,
+    )
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineWorker
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
+    from pipecat.turns.user_start import VADUserTurnStartStrategy
+    from pipecat.turns.user_stop import ExternalUserTurnStopStrategy
+    from pipecat.turns.user_turn_strategies import UserTurnStrategies
+    from pipecat.workers.runner import WorkerRunner
+
+    from agent.fastpath.tentative_answer import (
+        TURN_FALLBACK_WARNING,
+        TentativeAnswerUserAggregator,
+    )
+    from agent.observability.answer_outcomes import count_turn_outcomes
+
+    never_stops = UserTurnStrategies(
+        start=[VADUserTurnStartStrategy()], stop=[ExternalUserTurnStopStrategy()]
+    )
+    aggregator = TentativeAnswerUserAggregator(
+        LLMContext(),
+        params=LLMUserAggregatorParams(
+            user_turn_strategies=never_stops, user_turn_stop_timeout=0.2
+        ),
+    )
+    worker = PipelineWorker(Pipeline([aggregator]), idle_timeout_secs=None, enable_rtvi=False)
+    metrics = AgentMetrics(calls=CallRegistry(max_calls=1))
+    count_turn_outcomes(worker, metrics)
+    warnings: list[str] = []
+    sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")
+    final = TranscriptionFrame("hello", "caller", "now", finalized=True)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    try:
+        await worker.queue_frames(
+            [VADUserStartedSpeakingFrame(), VADUserStoppedSpeakingFrame(stop_secs=0.2), final]
+        )
+        await asyncio.sleep(0.8)  # past the 0.2 s fallback
+        await worker.queue_frame(EndFrame())
+        await asyncio.wait_for(running, 10)
+    finally:
+        logger.remove(sink)
+    errors = ("voice_agent_errors_total", (("category", "turn"), ("kind", "turn_fallback")))
+    assert scrape(metrics)[errors] == 1
+    assert any(TURN_FALLBACK_WARNING in w for w in warnings)
