@@ -38,7 +38,7 @@ from typing import Any
 
 import websockets
 
-from bench import peers
+from bench import machine, peers
 from tests.fakes.paused_speech import Utterance, utterances
 from tests.fakes.serving import background, free_port
 from tests.fakes.speech_server import SpeechServer
@@ -227,7 +227,8 @@ def render(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> s
         "# Turn-taking on the paused-speech set (phone and WebRTC calls, offline ASR)",
         "",
         f"`python -m bench.turn_taking --runs {len(runs)}`, {time.strftime('%Y-%m-%d')}, "
-        f"2 cores shared with other sessions (load average {load[0]:.1f} at the start, "
+        f"{machine.describe()}, shared with other sessions (load average {load[0]:.1f} at "
+        "the start, "
         f"{load[1]:.1f} at the end), {took_s / 60:.1f} min. {len(utterances())} "
         f"utterances ({minutes:.2f} min of speech, {questions} complete questions), one call "
         "each. A false end is an answer (bot audio after a quiet gap) heard before the "

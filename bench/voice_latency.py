@@ -39,7 +39,15 @@ moment ties its times to the caller's. Three configurations, one run:
 All configurations are started first, then their calls take turns (call 1 to each, call 2 to
 each …), so a machine shared with other work loads them alike.
 
-Everything it starts, it stops. Results go to ``bench/results/voice_latency.md``.
+``--greeting`` asks one utterance instead of the four questions: "Hello there." then, after a
+0.5 s pause, "Can you tell me what time the store opens tomorrow?" (the offline voice with
+the pause inserted, :mod:`tests.fakes.paused_speech`). A greeting said in a breath is what a
+slow recognizer returns late and empty; this is the case that used to wait for Pipecat's
+fallback. Every report counts the turns that reached that fallback (it should be none) and
+names the CPU and the CTranslate2 backend it ran on.
+
+Everything it starts, it stops. Results go to ``bench/results/voice_latency.md`` (``--greeting``:
+``voice_latency_greeting.md``).
 
     .venv/bin/python -m bench.voice_latency [--turns 20] [--quick]
 """
@@ -65,19 +73,25 @@ import uvicorn
 import websockets
 from loguru import logger
 
+from agent.fastpath.tentative_answer import TURN_FALLBACK_WARNING
 from agent.local.supervisor import ChildSpec, Supervisor
 from agent.observability.metrics import STAGES
-from bench import peers, stock_bot
+from bench import machine, peers, stock_bot
+from tests.fakes.paused_speech import Utterance
 from tests.fakes.serving import free_port
-from tests.fakes.twilio_caller import TwilioCaller, ulaw_speech
+from tests.fakes.twilio_caller import TwilioCaller, to_ulaw, ulaw_speech
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "voice_latency.md"
+GREETING_RESULTS = ROOT / "bench" / "results" / "voice_latency_greeting.md"
 QUESTIONS = (
     "turn on the lights in the kitchen",
     "please call me back tomorrow morning",
     "what is the weather like in paris today",
     "i would like to book a table for two people",
+)
+GREETING = Utterance(
+    "greeting", ("hello there", "can you tell me what time the store opens tomorrow"), (0.5,)
 )
 DEFAULT_CONFIGURATIONS = ["default", "stock", "instant"]
 DEFAULT_CALLS = 4
@@ -105,9 +119,14 @@ class TurnLines:
     """The ``turn_latency`` lines the product's observer logged, with when each was logged."""
 
     lines: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    fallbacks: int = 0
+    """Turns the server left to Pipecat's user-turn fallback (there should be none)."""
 
     def write(self, message: Any) -> None:  # a loguru sink
-        self.lines.append((time.monotonic(), dict(message.record["extra"])))
+        if TURN_FALLBACK_WARNING in message.record["message"]:
+            self.fallbacks += 1
+        else:
+            self.lines.append((time.monotonic(), dict(message.record["extra"])))
 
     def answered(
         self, after: float, before: float = math.inf
@@ -121,7 +140,11 @@ def turn_lines() -> Iterator[TurnLines]:
     """Collect every ``turn_latency`` line while the block runs."""
     lines = TurnLines()
     sink = logger.add(
-        lines.write, level="INFO", filter=lambda r: r["extra"].get("event") == "turn_latency"
+        lines.write,
+        level="INFO",
+        filter=lambda r: (
+            r["extra"].get("event") == "turn_latency" or TURN_FALLBACK_WARNING in r["message"]
+        ),
     )
     try:
         yield lines
@@ -311,12 +334,21 @@ async def one_call(
     return results
 
 
+def questions_audio(voice: str, greeting: bool) -> dict[str, bytes]:
+    """What the caller says, in turn: the four questions, or the greeting utterance alone."""
+    if greeting:
+        pcm, _end_s = GREETING.audio(8000)
+        return {GREETING.text: to_ulaw(pcm)}
+    return {q: ulaw_speech(q, voice=voice, trim=True) for q in QUESTIONS}
+
+
 async def measure(
-    names: list[str], turns: int, calls: int, voice: str, warmup: int
-) -> dict[str, list[Turn]]:
+    names: list[str], turns: int, calls: int, audio: dict[str, bytes], warmup: int
+) -> tuple[dict[str, list[Turn]], int]:
     """Start every configuration, then place ``calls`` calls to each, taking turns (call 1 to
-    each, then call 2 to each …) so that a machine shared with others loads them alike."""
-    audio = {q: ulaw_speech(q, voice=voice, trim=True) for q in QUESTIONS}
+    each, then call 2 to each …) so that a machine shared with others loads them alike.
+    Returns the turns, and how many turns reached Pipecat's fallback."""
+    texts = list(audio)
     per_call = [turns // calls + (1 if i < turns % calls else 0) for i in range(calls)]
     results: dict[str, list[Turn]] = {name: [] for name in names}
     asked = dict.fromkeys(names, 0)
@@ -328,7 +360,7 @@ async def measure(
                     extra = warmup if call == 0 else 0
                     questions = []
                     for _ in range(count + extra):
-                        text = QUESTIONS[asked[name] % len(QUESTIONS)]
+                        text = texts[asked[name] % len(texts)]
                         asked[name] += 1
                         questions.append((text, audio[text]))
                     results[name] += await one_call(
@@ -339,7 +371,7 @@ async def measure(
                         None if name == "stock" else lines,
                         extra,
                     )
-    return results
+    return results, lines.fallbacks
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -362,7 +394,9 @@ def increments(turn: Turn) -> dict[str, float]:
     return out
 
 
-def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: float) -> str:
+def render(
+    results: dict[str, list[Turn]], fallbacks: int, args: argparse.Namespace, seconds: float
+) -> str:
     good = {
         name: [increments(t) for t in turns if t.problem is None] for name, turns in results.items()
     }
@@ -372,8 +406,10 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPU(s) "
         f"({platform.machine()}, Python {platform.python_version()}), "
-        f"{seconds:.0f} s in all. Command: `.venv/bin/python -m bench.voice_latency"
+        f"{seconds:.0f} s in all; {machine.describe()}. "
+        "Command: `.venv/bin/python -m bench.voice_latency"
         + (" --quick" if args.quick else f" --turns {args.turns}")
+        + (" --greeting" if args.greeting else "")
         + (
             ""
             if args.configurations == DEFAULT_CONFIGURATIONS
@@ -381,7 +417,13 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         )
         + (f" --calls {args.calls}" if args.calls != DEFAULT_CALLS else "")
         + "`.",
-        f"Caller: {args.voice} voice questions ({len(QUESTIONS)} sentences in turn), 20 ms 8 kHz "
+        (
+            f'Caller: "{GREETING.text}" (Piper voice, a {GREETING.pauses_s[0]} s pause after '
+            '"hello there"), '
+            if args.greeting
+            else f"Caller: {args.voice} voice questions ({len(QUESTIONS)} sentences in turn), "
+        )
+        + "20 ms 8 kHz "
         "μ-law frames at real-time pace, silence between questions; "
         f"{args.calls} calls per configuration, the first turn of each configuration "
         "discarded as warm-up.",
@@ -441,6 +483,8 @@ def render(results: dict[str, list[Turn]], args: argparse.Namespace, seconds: fl
         )
     lines += [
         "",
+        f"Turns that reached Pipecat's user-turn fallback (our servers): **{fallbacks}**.",
+        "",
         "Stage marks come from the server's own turn-latency observer (its `turn_latency` "
         "log line per turn, pipeline-clock times from its estimate of the end of speech), "
         "placed on the caller's `time.monotonic` by the moment the line was logged (the "
@@ -456,10 +500,10 @@ async def run(args: argparse.Namespace) -> tuple[str, bool]:
     logger.add(sys.stderr, level="ERROR")
     turns = 5 if args.quick else args.turns
     started = time.monotonic()
-    results: dict[str, list[Turn]] = {}
-    results.update(await measure(args.configurations, turns, args.calls, args.voice, warmup=1))
+    audio = questions_audio(args.voice, args.greeting)
+    results, fallbacks = await measure(args.configurations, turns, args.calls, audio, warmup=1)
     ok = all(any(t.problem is None for t in turns) for turns in results.values())
-    return render(results, args, time.monotonic() - started), ok
+    return render(results, fallbacks, args, time.monotonic() - started), ok
 
 
 def main(argv: list[str]) -> int:
@@ -470,7 +514,16 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="5 turns per configuration")
     parser.add_argument("--voice", choices=("piper", "espeak"), default="piper")
-    parser.add_argument("--output", default=str(RESULTS), help="where to write the table")
+    parser.add_argument(
+        "--greeting",
+        action="store_true",
+        help='ask "Hello there. (pause) Can you tell me …?" instead of the four questions',
+    )
+    parser.add_argument(
+        "--output",
+        help=f"where to write the table (default {RESULTS.name}, or "
+        f"{GREETING_RESULTS.name} with --greeting)",
+    )
     parser.add_argument(
         "--configurations",
         default=",".join(DEFAULT_CONFIGURATIONS),
@@ -484,7 +537,7 @@ def main(argv: list[str]) -> int:
         parser.error("--configurations takes a comma list of default, stock, instant")
     report, ok = asyncio.run(run(args))
     print(report)
-    output = Path(args.output)
+    output = Path(args.output or (GREETING_RESULTS if args.greeting else RESULTS))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(report)
     print(f"written to {output}", file=sys.stderr)
