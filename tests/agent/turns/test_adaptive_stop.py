@@ -337,3 +337,20 @@ def test_the_upper_bound_cannot_be_shorter_than_the_short_wait() -> None:
         TurnSettings(complete_wait_s=1.0, unfinished_wait_s=0.5)
     with pytest.raises(ValueError, match="upper bound"):
         AdaptiveUserTurnStopStrategy(complete_wait_s=1.0, unfinished_wait_s=0.5)
+
+
+async def test_a_line_that_never_goes_quiet_still_ends_the_turn(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Background noise as loud as the speech never counts as quiet; the clock decides at
+    most MAX_AUDIO_LAG_S past the deadline."""
+    monkeypatch.setattr(adaptive_stop, "MAX_AUDIO_LAG_S", 0.2)
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.5, level=3000)
+    await turn.pause("I would like to book a table.")
+    for _ in range(round((WAIT_S + 0.4) / 0.1)):  # noise keeps coming, in real time
+        await turn.hear(0.1, level=3000)
+        await asyncio.sleep(0.1)
+    assert len(turn.ended) == 1, "the noise held the turn open"
+    assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.35
