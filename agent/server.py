@@ -35,7 +35,6 @@ call is cancelled and awaited before the app exits.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
@@ -52,6 +51,7 @@ from pipecat.transports.base_transport import BaseTransport
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
+from agent.credentials import same_secret
 from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
@@ -221,7 +221,7 @@ def _check_operator(settings: Settings, authorization: str | None) -> None:
             404, "the operator API is off: set server.api_token (VOICE_AGENT_SERVER__API_TOKEN)"
         )
     expected = (bearer_auth(token) or {}).get("Authorization", "")
-    if not authorization or not hmac.compare_digest(authorization, expected):
+    if not authorization or not same_secret(authorization, expected):
         raise HTTPException(401, "send Authorization: Bearer <server.api_token>")
 
 

@@ -47,6 +47,7 @@ from starlette.requests import HTTPConnection
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
+from agent.credentials import same_secret
 from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
@@ -95,7 +96,7 @@ def valid_twilio_signature(
 ) -> bool:
     if not signature:
         return False
-    return hmac.compare_digest(twilio_signature(url, params, auth_token), signature)
+    return same_secret(signature, twilio_signature(url, params, auth_token))
 
 
 def stream_token(call_sid: str, auth_token: str) -> str:
@@ -329,7 +330,7 @@ class TwilioProvider:
         if not token:
             return True
         given = start.parameters.get("token", "")
-        return hmac.compare_digest(given, stream_token(start.call_id, token))
+        return same_secret(given, stream_token(start.call_id, token))
 
     def serializer(
         self,

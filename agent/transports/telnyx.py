@@ -41,6 +41,7 @@ from loguru import logger
 from pipecat.serializers.base_serializer import FrameSerializer
 
 from agent.config import Settings
+from agent.credentials import ascii_digits, same_secret
 from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.telnyx_serializer import G711, BatchingTelnyxSerializer
 from agent.transports.telephony import (
@@ -75,10 +76,9 @@ def signature_problem(
     signature = headers.get(SIGNATURE_HEADER)
     if not timestamp or not signature:
         return f"missing {SIGNATURE_HEADER} or {TIMESTAMP_HEADER}"
-    try:
-        signed_at = int(timestamp)
-    except ValueError:
+    if not ascii_digits(timestamp):
         return f"{TIMESTAMP_HEADER} is not Unix seconds"
+    signed_at = int(timestamp)
     if abs(now - signed_at) > tolerance_s:
         return (
             f"{TIMESTAMP_HEADER} is {now - signed_at:+.0f} s off this server's clock (more "
@@ -115,10 +115,10 @@ class StreamTokens:
     def redeem(self, token: str) -> bool:
         """Whether ``token`` is one of ours, unexpired and not used before (it is used now)."""
         parts = token.split(".")
-        if len(parts) != 3 or not parts[0].isdigit():
+        if len(parts) != 3 or not ascii_digits(parts[0]):
             return False
         expires, nonce, mac = int(parts[0]), parts[1], parts[2]
-        if not hmac.compare_digest(mac, self._mac(expires, nonce)):
+        if not same_secret(mac, self._mac(expires, nonce)):
             return False
         now = self._clock()
         self._used = {n: at for n, at in self._used.items() if at >= now}

@@ -196,11 +196,15 @@ async def test_a_calls_transcript_is_served_to_the_operator_only() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         stranger = await http.get(f"/calls/{ended.id}", headers={"Authorization": "Bearer no"})
         anonymous = await http.get(f"/calls/{ended.id}")
+        # Header bytes outside ASCII (Starlette reads them as Latin-1): a wrong token, no 500.
+        unicode = await http.get(
+            f"/calls/{ended.id}", headers={"Authorization": "Bearer s3crét☃".encode()}
+        )
         operator = {"Authorization": "Bearer s3cret"}
         record = (await http.get(f"/calls/{ended.id}", headers=operator)).json()
         live = (await http.get(f"/calls/{running.id}", headers=operator)).json()
         unknown = await http.get("/calls/twilio-99-nothing", headers=operator)
-    assert stranger.status_code == anonymous.status_code == 401
+    assert stranger.status_code == anonymous.status_code == unicode.status_code == 401
     assert record["user_transcript"] == ["what time is it"]
     assert record["bot_transcript"] == ["It is noon."]
     assert not record["active"] and record["ended_at"] >= record["started_at"]

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import urlencode
 
 import httpx
 import websockets
@@ -51,12 +52,12 @@ class Carrier:
 
     @asynccontextmanager
     async def call(
-        self, base_url: str, n: int = 1, *, forged: bool = False
+        self, base_url: str, n: int = 1, *, forged: str | None = None
     ) -> AsyncIterator[TwilioCaller]:
-        """A caller on an open media stream, not yet started (``forged``: with a stream token
-        the server never issued; for Twilio, pass ``token="forged"`` to ``start``)."""
-        if forged and self.name == "telnyx":
-            url = self.ws_url(base_url) + "?token=1999999999.forged.0000"
+        """A caller on an open media stream, not yet started (``forged``: a stream token the
+        server never issued, in the URL for Telnyx; for Twilio, pass it to ``start``)."""
+        if forged is not None and self.name == "telnyx":
+            url = self.ws_url(base_url) + "?" + urlencode({"token": forged})
         else:
             url = await self.stream_url(base_url, n)
         callers: list[TwilioCaller] = []

@@ -20,6 +20,8 @@ import pytest
 import websockets
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from fastapi import FastAPI
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.config import ConfigError, load_settings
 from agent.server import create_app
@@ -75,6 +77,22 @@ def test_a_missing_wrong_or_stale_signature_is_refused_with_its_reason(
 ) -> None:
     found = problem(forge())
     assert found is not None and why in found
+
+
+@given(st.text(), st.text())
+def test_any_unicode_in_the_signature_headers_is_refused_with_a_reason(
+    timestamp: str, signature: str
+) -> None:
+    headers = {"telnyx-timestamp": timestamp, "telnyx-signature-ed25519": signature}
+    assert problem(headers) is not None
+
+
+digits_of_any_script = st.text(st.characters(categories=["Nd", "No"]), min_size=1)
+
+
+@given(st.one_of(st.text(), st.tuples(digits_of_any_script, st.text(), st.text()).map(".".join)))
+def test_any_unicode_stream_token_is_refused_not_raised(token: str) -> None:
+    assert StreamTokens("secret").redeem(token) is False
 
 
 def test_stream_tokens_are_single_use_short_lived_and_unforgeable() -> None:

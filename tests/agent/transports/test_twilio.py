@@ -150,15 +150,23 @@ async def test_over_the_limit_a_call_is_rejected_busy(
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="the call to end")
 
 
+@pytest.mark.parametrize(
+    "token",
+    ["1999999999.forged.0000", "Ünïcödé.tökën.☃", "².nonce.mac", "٣٣٣٣٣٣٣٣٣٣.nonce.mac"],
+    ids=["forged", "unicode", "superscript-digit", "arabic-indic-digits"],
+)
 async def test_a_stream_with_a_wrong_token_is_refused_without_taking_a_slot(
-    server: tuple[str, FastAPI], carrier: Carrier
+    server: tuple[str, FastAPI], carrier: Carrier, token: str
 ) -> None:
+    """Any text is just a wrong token: refused as a policy violation (1008), never a crash
+    (a non-ASCII token made ``hmac.compare_digest`` raise: 1011 and a traceback)."""
     url, app = server
     registry = app.state.registry
     started = registry.stats.started
-    async with carrier.call(url, forged=True) as caller:
-        await caller.start(token="forged")
+    async with carrier.call(url, forged=token) as caller:
+        await caller.start(token=token)
         await asyncio.wait_for(caller.closed.wait(), 5)
+        assert caller.ws.close_code == 1008, caller.ws.close_reason
     assert caller.count("media") == 0
     assert registry.stats.started == started and registry.stats.active == 0
 
