@@ -28,7 +28,6 @@ from agent.config import Settings
 from agent.transports.telephony import (
     TwilioProvider,
     public_base_url,
-    stream_token,
     twilio_rest,
     twiml_stream,
     websocket_url,
@@ -142,8 +141,7 @@ class OutboundCalls:
         if form.get("AnsweredBy"):
             call.attributes["answered_by"] = form["AnsweredBy"]
         url = websocket_url(public_base_url(request, self._settings), self._provider.ws_path)
-        token = self._settings.twilio.auth_token or ""
         return Response(
-            twiml_stream(url, {"token": stream_token(call_sid, token)}),
+            twiml_stream(url, {"token": self._provider.stream_tokens.issue(call_sid)}),
             media_type="application/xml",
         )

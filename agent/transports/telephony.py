@@ -53,6 +53,7 @@ from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
 from agent.rate_limit import PerSourceLimiter
 from agent.transports.call_control import CallControl, CallControlOutputTransport, TwilioCallControl
+from agent.transports.stream_tokens import StreamTokens
 from agent.transports.twilio_rest import TwilioREST, twiml_say
 from agent.worker import CallTaskFactory, run_call_pipeline
 
@@ -99,9 +100,10 @@ def valid_twilio_signature(
     return same_secret(signature, twilio_signature(url, params, auth_token))
 
 
-def stream_token(call_sid: str, auth_token: str) -> str:
-    """A per-call secret that ties the media stream to a webhook Twilio signed."""
-    return hmac.new(auth_token.encode(), b"stream:" + call_sid.encode(), hashlib.sha256).hexdigest()
+def twilio_stream_tokens(auth_token: str) -> StreamTokens:
+    """The tokens that tie a media stream to a webhook Twilio signed: keyed on the account's
+    auth token, so every replica can check them; each opens one stream of its call."""
+    return StreamTokens(auth_token, purpose="twilio-stream")
 
 
 def twiml_stream(url: str, parameters: dict[str, str] | None = None) -> str:
@@ -234,10 +236,18 @@ class TwilioProvider:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+        self._tokens: StreamTokens | None = None
 
     @property
     def _auth_token(self) -> str | None:
         return self._settings.twilio.auth_token
+
+    @property
+    def stream_tokens(self) -> StreamTokens:
+        """This replica's stream tokens (their use is remembered here); with auth on only."""
+        if self._tokens is None:
+            self._tokens = twilio_stream_tokens(self._auth_token or "")
+        return self._tokens
 
     async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
         body = (await request.body()).decode("utf-8", errors="replace")
@@ -260,7 +270,7 @@ class TwilioProvider:
         parameters: dict[str, str] = {}
         call_sid = form.get("CallSid", "")
         if token:
-            parameters["token"] = stream_token(call_sid, token)
+            parameters["token"] = self.stream_tokens.issue(call_sid)
         return Response(twiml_stream(url, parameters), media_type="application/xml")
 
     def call_control(self, call: Call, start: StreamStart, *, base_url: str) -> CallControl | None:
@@ -329,8 +339,7 @@ class TwilioProvider:
         token = self._auth_token
         if not token:
             return True
-        given = start.parameters.get("token", "")
-        return same_secret(given, stream_token(start.call_id, token))
+        return self.stream_tokens.redeem(start.parameters.get("token", ""), start.call_id)
 
     def serializer(
         self,
@@ -399,6 +408,7 @@ class TelephonyCalls:
         self._task_factory = task_factory
         self._count = count_bad_input
         self._awaiting_start = 0
+        self._open_streams: set[tuple[str, str]] = set()  # (carrier, call id) streaming now
         self._limiter = PerSourceLimiter(
             rate_per_s=settings.server.requests_per_source_per_s,
             burst=settings.server.request_burst_per_source,
@@ -466,6 +476,13 @@ class TelephonyCalls:
             logger.warning(f"{provider.name}: media stream token missing or wrong; closing")
             await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
             return
+        carrier_call = (provider.name, start.call_id)
+        if carrier_call in self._open_streams:
+            # One stream per call: a second one (a replayed token) would also get the call's
+            # controls (transfer) and its audio.
+            logger.warning(f"{provider.name}: a second media stream for one call refused")
+            await _close_quietly(websocket, POLICY_CLOSE_CODE, "this call has a stream already")
+            return
         reserved = self._reserved.claim(start.call_id) if self._reserved else None
         try:
             call = reserved or self._registry.reserve(provider.name)
@@ -473,7 +490,11 @@ class TelephonyCalls:
             await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
             return
         call.attributes.update(start.attributes)
-        await self._registry.run(call, self._stream(call, websocket, provider, start))
+        self._open_streams.add(carrier_call)
+        try:
+            await self._registry.run(call, self._stream(call, websocket, provider, start))
+        finally:
+            self._open_streams.discard(carrier_call)
 
     async def _stream(
         self, call: Call, websocket: WebSocket, provider: TelephonyProvider, start: StreamStart

@@ -17,16 +17,14 @@ Security: Telnyx signs each webhook with Ed25519 (``telnyx-signature-ed25519`` o
 the webhook checks it against ``telnyx.public_key`` and refuses a missing, wrong or stale one
 with 403 before anything starts. The stream must come from a call whose webhook was signed:
 rather than rely on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a
-token the webhook signs with ``telnyx.stream_secret``, valid for :data:`STREAM_TOKEN_TTL_S` and
-for one stream only.
+token the webhook signs with ``telnyx.stream_secret``, valid for a minute and for one stream
+only (:mod:`agent.transports.stream_tokens`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -41,9 +39,10 @@ from loguru import logger
 from pipecat.serializers.base_serializer import FrameSerializer
 
 from agent.config import Settings
-from agent.credentials import ascii_digits, same_secret
+from agent.credentials import ascii_digits
 from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.telnyx_serializer import G711, BatchingTelnyxSerializer
+from agent.transports.stream_tokens import StreamTokens
 from agent.transports.telephony import (
     AUDIO_BURST_S,
     INPUT_FRAME_MS,
@@ -57,8 +56,6 @@ from agent.transports.telephony import (
 SIGNATURE_HEADER = "telnyx-signature-ed25519"
 TIMESTAMP_HEADER = "telnyx-timestamp"
 
-STREAM_TOKEN_TTL_S = 60.0
-"""How long after the webhook Telnyx may open the media stream (it does so within seconds)."""
 
 CODECS: tuple[G711, ...] = ("PCMU", "PCMA")
 
@@ -90,46 +87,6 @@ def signature_problem(
     except (binascii.Error, ValueError, InvalidSignature):
         return "the signature does not match telnyx.public_key"
     return None
-
-
-class StreamTokens:
-    """Single-use, short-lived tokens that tie a media stream to a webhook Telnyx signed."""
-
-    def __init__(
-        self,
-        secret: str,
-        *,
-        ttl_s: float = STREAM_TOKEN_TTL_S,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._key = secret.encode()
-        self._ttl = ttl_s
-        self._clock = clock
-        self._used: dict[str, float] = {}  # nonce -> expiry
-
-    def issue(self) -> str:
-        expires = int(self._clock() + self._ttl)
-        nonce = secrets.token_hex(12)
-        return f"{expires}.{nonce}.{self._mac(expires, nonce)}"
-
-    def redeem(self, token: str) -> bool:
-        """Whether ``token`` is one of ours, unexpired and not used before (it is used now)."""
-        parts = token.split(".")
-        if len(parts) != 3 or not ascii_digits(parts[0]):
-            return False
-        expires, nonce, mac = int(parts[0]), parts[1], parts[2]
-        if not same_secret(mac, self._mac(expires, nonce)):
-            return False
-        now = self._clock()
-        self._used = {n: at for n, at in self._used.items() if at >= now}
-        if expires < now or nonce in self._used:
-            return False
-        self._used[nonce] = expires
-        return True
-
-    def _mac(self, expires: int, nonce: str) -> str:
-        message = f"telnyx-stream:{expires}:{nonce}".encode()
-        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
 
 def texml_stream(url: str, codec: G711) -> str:
@@ -173,7 +130,9 @@ class TelnyxProvider:
         self._public_key = Ed25519PublicKey.from_public_bytes(base64.b64decode(config.public_key))
         self._tolerance_s = config.signature_tolerance_s
         self._codec: G711 = config.codec
-        self._tokens = StreamTokens(config.stream_secret or secrets.token_hex(32))
+        self._tokens = StreamTokens(
+            config.stream_secret or secrets.token_hex(32), purpose="telnyx-stream"
+        )
 
     async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
         body = await request.body()

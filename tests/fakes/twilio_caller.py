@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import websockets
 
-from agent.transports.telephony import stream_token
+from agent.transports.telephony import twilio_stream_tokens
 from tests.fakes.speech import speech_at
 
 with warnings.catch_warnings():  # the reference μ-law codec; Python 3.12 still ships it
@@ -142,6 +142,11 @@ class TwilioCaller:
 
     # ------------------------------------------------------------------ what Twilio sends
 
+    def stream_token(self) -> str:
+        """A fresh stream token for this call, as the signed webhook's TwiML hands one over
+        (keyed on :data:`TOKEN`, the account's auth token in tests)."""
+        return twilio_stream_tokens(TOKEN).issue(self.call_sid)
+
     async def start(
         self, token: str | None = None, *, parameters: dict[str, str] | None = None
     ) -> None:
@@ -154,7 +159,7 @@ class TwilioCaller:
         custom = (
             dict(parameters)
             if parameters is not None
-            else {"token": token if token is not None else stream_token(self.call_sid, TOKEN)}
+            else {"token": token if token is not None else self.stream_token()}
         )
         start = {
             "accountSid": self.account_sid,
