@@ -133,6 +133,7 @@ class TelnyxProvider:
         self._tokens = StreamTokens(
             config.stream_secret or secrets.token_hex(32), purpose="telnyx-stream"
         )
+        self._answered: dict[str, float] = {}  # signatures answered -> when they go stale
 
     async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
         body = await request.body()
@@ -147,11 +148,30 @@ class TelnyxProvider:
                 status_code=403,
                 media_type="text/plain",
             )
+        if self._replayed(request.headers[SIGNATURE_HEADER]):
+            logger.warning("Telnyx webhook refused: a signed webhook answered before, replayed")
+            return Response(
+                "Telnyx webhook refused: this signed webhook was answered already (a replay)\n",
+                status_code=403,
+                media_type="text/plain",
+            )
         if busy:
             return Response(twiml_reject_busy(), media_type="application/xml")
         url = websocket_url(public_base_url(request, self._settings), self.ws_path)
         url = f"{url}?token={self._tokens.issue()}"
         return Response(texml_stream(url, self._codec), media_type="application/xml")
+
+    def _replayed(self, signature: str) -> bool:
+        """Whether this exact signed webhook was answered within the signature's window (it
+        is remembered now). A signature is over the timestamp and the body, so Telnyx's own
+        retry, signed anew, is not a replay; a captured webhook sent again is, and would
+        otherwise mint a fresh stream token each time."""
+        now = time.time()
+        self._answered = {s: until for s, until in self._answered.items() if until > now}
+        if signature in self._answered:
+            return True
+        self._answered[signature] = now + 2 * self._tolerance_s
+        return False
 
     def parse_start(self, message: dict[str, Any]) -> StreamStart | None:
         if message.get("event") != "start":

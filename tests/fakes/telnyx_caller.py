@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
+import os
 import time
 import warnings
 from typing import Any, Literal
@@ -64,6 +66,14 @@ CALL_FORM = {
     "Direction": "inbound",
 }
 
+_calls = itertools.count(1)
+
+
+def new_call_form() -> dict[str, str]:
+    """:data:`CALL_FORM` for a call of its own: Telnyx gives every call a new call SID."""
+    return {**CALL_FORM, "CallSid": f"v3:telnyx-test-call-{next(_calls):04d}-{os.getpid()}"}
+
+
 USER_ID = "3E6F995F-85F7-4705-9741-53B116D28237"
 """The Telnyx user the test calls belong to (as in Telnyx's examples)."""
 
@@ -89,13 +99,13 @@ def sign(
 
 async def post_webhook(
     base_url: str,
-    form: dict[str, str] = CALL_FORM,
+    form: dict[str, str] | None = None,
     *,
     headers: dict[str, str] | None = None,
 ) -> httpx.Response:
     """POST the TeXML voice webhook; signed now with :data:`PRIVATE_KEY` unless ``headers``
     are given (a forger's, or none)."""
-    body = urlencode(form).encode()
+    body = urlencode(form or new_call_form()).encode()
     sent = sign(body) if headers is None else headers
     async with httpx.AsyncClient() as http:
         return await http.post(
@@ -113,10 +123,11 @@ def stream_url_of(texml: str) -> str:
     return stream.get("url", "")
 
 
-async def place_call(base_url: str, form: dict[str, str] = CALL_FORM) -> str:
-    """Ring the number as Telnyx does: the signed webhook; returns the media-stream URL the
+async def place_call(base_url: str, form: dict[str, str] | None = None) -> str:
+    """Ring the number as Telnyx does: the signed webhook (for a new call SID unless ``form``
+    names one: two identical signed webhooks are a replay); returns the media-stream URL the
     TeXML answer names."""
-    response = await post_webhook(base_url, form)
+    response = await post_webhook(base_url, form or new_call_form())
     response.raise_for_status()
     return stream_url_of(response.text)
 

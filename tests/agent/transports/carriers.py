@@ -42,8 +42,7 @@ class Carrier:
         """The URL the carrier opens the media stream on, after its webhook was answered."""
         if self.name == "twilio":
             return self.ws_url(base_url)
-        form = {**telnyx_caller.CALL_FORM, "CallSid": f"v3:telnyx-test-call-{n:04d}"}
-        return await telnyx_caller.place_call(base_url, form)
+        return await telnyx_caller.place_call(base_url)
 
     def caller(self, ws: websockets.ClientConnection, n: int = 1) -> TwilioCaller:
         if self.name == "twilio":

@@ -157,6 +157,25 @@ async def test_a_webhook_with_a_missing_wrong_or_stale_signature_is_403_and_star
     assert app.state.registry.stats.started == started
 
 
+async def test_a_replayed_webhook_is_refused_and_mints_no_token(
+    server: tuple[str, FastAPI],
+) -> None:
+    """A captured signed webhook sent again within the signature's window; Telnyx's own retry
+    is signed anew (another timestamp) and still answered."""
+    url, _app = server
+    body = urlencode({**CALL_FORM, "CallSid": "v3:telnyx-replayed"}).encode()
+    captured = sign(body, timestamp=int(time.time()) - 5)
+    first = await post_webhook(
+        url, {**CALL_FORM, "CallSid": "v3:telnyx-replayed"}, headers=captured
+    )
+    again = await post_webhook(
+        url, {**CALL_FORM, "CallSid": "v3:telnyx-replayed"}, headers=captured
+    )
+    retry = await post_webhook(url, {**CALL_FORM, "CallSid": "v3:telnyx-replayed"})
+    assert first.status_code == retry.status_code == 200 and "<Stream" in retry.text
+    assert again.status_code == 403 and "replay" in again.text and "<Stream" not in again.text
+
+
 @pytest.mark.parametrize("how", ["replayed", "bare"])
 @requires_espeak
 async def test_a_stream_token_opens_one_call_only(server: tuple[str, FastAPI], how: str) -> None:
