@@ -3,25 +3,97 @@
 ``asr_server_url`` starts ``agent.local.asr_server`` for real (uvicorn on 127.0.0.1, port 0)
 in a background thread with its own event loop, once per session, because loading the
 model costs a second or two; every test talks to it as a real client would.
+
+``requires(tool, package)`` marks a test that needs a system program. Without it the test
+skips on a developer's machine, but FAILS under ``CI=true``: in CI a missing program is a
+broken setup, and a skip there would pass a run that never tested the thing.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from functools import cache
 
 import pytest
 
 from tests.fakes.serving import BackgroundServer
-from tests.fakes.speech import espeak_available
 
 ASR_MODEL_NAME = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 """The served model name the offline ASR server answers to, as a Voxtral vLLM server would."""
 
-requires_espeak = pytest.mark.skipif(
-    not espeak_available(), reason="espeak-ng is not installed (apt-get install espeak-ng)"
+
+def in_ci() -> bool:
+    """``CI=true`` (what CI services set; ``.ci/run`` and ``scripts/test`` pass it through)."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def requires(
+    tool: str, package: str, *, probe: Sequence[str] = (), needs: str = ""
+) -> pytest.MarkDecorator:
+    """Mark a test that needs the program ``tool`` (Debian package ``package``); with
+    ``probe``, that command must also succeed (e.g. ``unshare -rm true``: the kernel may refuse
+    user namespaces even where the program exists), ``needs`` saying what it shows."""
+    return pytest.mark.requires(tool=tool, package=package, probe=tuple(probe), needs=needs)
+
+
+def requires_modules(*modules: str, install: str) -> pytest.MarkDecorator:
+    """Mark a test that needs these Python modules (``install`` says how to get them)."""
+    return pytest.mark.requires(modules=modules, install=install)
+
+
+@cache
+def missing(
+    tool: str = "",
+    package: str = "",
+    probe: tuple[str, ...] = (),
+    needs: str = "",
+    modules: tuple[str, ...] = (),
+    install: str = "",
+) -> str | None:
+    """Why the requirement is not met, or ``None`` when it is."""
+    absent = [name for name in modules if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"{', '.join(absent)} not importable ({install})"
+    if tool and shutil.which(tool) is None:
+        return f"{tool} is not installed (apt-get install {package}; scripts/setup.sh does it)"
+    if probe:
+        try:
+            failed = subprocess.run(probe, capture_output=True, timeout=30).returncode != 0
+        except (OSError, subprocess.TimeoutExpired):
+            failed = True
+        if failed:
+            return (
+                f"`{' '.join(probe)}` failed: this machine does not allow {needs or tool} "
+                f"(package {package}; the kernel or container must permit it)"
+            )
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires: see tests.conftest.requires")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("requires"):
+        reason = missing(**mark.kwargs)
+        if reason is None:
+            continue
+        if in_ci():
+            pytest.fail(f"CI=true: a test may not skip here: {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+requires_espeak = requires("espeak-ng", "espeak-ng")
+requires_chromium = requires("chromium", "chromium")
+requires_user_namespaces = requires(
+    "unshare", "util-linux", probe=("unshare", "-rm", "true"), needs="user and mount namespaces"
 )
 
 

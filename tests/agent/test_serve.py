@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -16,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_modules
+
 ROOT = Path(__file__).resolve().parents[2]
 
-requires_offline_stack = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("faster_whisper", "piper", "flask")),
-    reason="the default profile needs faster-whisper and piper-tts[http] (flask)",
+requires_offline_stack = requires_modules(
+    "faster_whisper",
+    "piper",
+    "flask",
+    install="the default profile needs the offline extra: scripts/setup.sh",
 )
 
 

