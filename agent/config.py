@@ -227,6 +227,12 @@ class TwilioSettings(_Section):
     """Twilio: the webhook's signature check, and the REST API for transfer and outbound calls."""
 
     auth_token: str | None = None
+    allow_unsigned: bool = Field(
+        default=False,
+        description="Take unsigned Twilio webhooks and media streams on a non-loopback "
+        "address (anyone who can reach the server can then start calls); without it, "
+        "`serve` on such an address needs auth_token.",
+    )
     account_sid: str | None = Field(
         default=None,
         description="With auth_token, turns on Twilio's REST API: call transfer and outbound "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import signal
 import sys
 import time
@@ -73,6 +74,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = load_settings(args.profile, overrides={"server": server} if server else None)
         check_tracing(settings.observability)
+        check_twilio_auth(settings)
         if settings.records.directory is not None:
             check_directory(settings.records.directory)
         children = local_children(settings)
@@ -84,6 +86,40 @@ def main(argv: list[str]) -> int:
         return asyncio.run(serve(settings, children), loop_factory=event_loop_factory())
     except KeyboardInterrupt:
         return 0
+
+
+def check_twilio_auth(settings: Settings) -> None:
+    """Refuse to serve unsigned phone calls beyond this machine unless the operator said so.
+
+    Without ``twilio.auth_token`` the Twilio webhook and media stream take anyone: fine on
+    loopback (the offline profile, a tunnel in front), not on an address others can reach.
+
+    Raises:
+        ConfigError: a non-loopback host, no auth token, and no ``twilio.allow_unsigned``.
+    """
+    twilio = settings.twilio
+    if twilio.auth_token or _loopback(settings.server.host):
+        return
+    if not twilio.allow_unsigned:
+        raise ConfigError(
+            f"server.host is {settings.server.host!r}, reachable from other machines, and "
+            "twilio.auth_token is not set: anyone could start phone calls. Set "
+            "VOICE_AGENT_TWILIO__AUTH_TOKEN (the account's auth token), or "
+            "VOICE_AGENT_TWILIO__ALLOW_UNSIGNED=true to take unsigned calls on purpose."
+        )
+    logger.warning(
+        "twilio.allow_unsigned: Twilio webhooks and media streams are not signed; anyone who "
+        f"can reach {settings.server.host}:{settings.server.port} can start phone calls"
+    )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -196,3 +196,53 @@ def test_the_server_runs_on_uvloop_as_the_capacity_bench_measures_it() -> None:
         assert type(loop).__module__.startswith("uvloop")
     finally:
         loop.close()
+
+
+def test_unsigned_phone_calls_beyond_this_machine_are_refused_at_start() -> None:
+    """Without twilio.auth_token anyone can start calls: on loopback that is the offline
+    profile's way; on an address others reach, serve refuses unless the operator says so."""
+    env = {**os.environ, "VOICE_AGENT_PROFILE": "vllm"}
+    env.pop("VOICE_AGENT_TWILIO__AUTH_TOKEN", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "serve", "--host", "0.0.0.0", "--port", "9"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "twilio.auth_token" in result.stderr and "ALLOW_UNSIGNED" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "token", "allow", "starts"),
+    [
+        ("127.0.0.1", None, False, True),
+        ("::1", None, False, True),
+        ("localhost", None, False, True),
+        ("0.0.0.0", None, False, False),
+        ("10.0.0.5", None, False, False),
+        ("agent.example", None, False, False),
+        ("0.0.0.0", "secret", False, True),
+        ("0.0.0.0", None, True, True),
+    ],
+)
+def test_only_loopback_a_token_or_an_explicit_opt_in_serves_phone_calls(
+    host: str, token: str | None, allow: bool, starts: bool
+) -> None:
+    from agent.config import ConfigError, load_settings
+    from agent.serve import check_twilio_auth
+
+    settings = load_settings(
+        "vllm",
+        overrides={
+            "server": {"host": host},
+            "twilio": {"auth_token": token, "allow_unsigned": allow},
+        },
+    )
+    if starts:
+        check_twilio_auth(settings)
+    else:
+        with pytest.raises(ConfigError, match="ALLOW_UNSIGNED"):
+            check_twilio_auth(settings)

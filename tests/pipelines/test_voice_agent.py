@@ -210,6 +210,7 @@ def _expose_start_call(start_call: Any) -> None:
     start_call_fixture = start_call
 
 
+@pytest.mark.conversation
 @requires_espeak
 @requires_piper_http
 async def test_offline_profile_answers_from_the_transcript_with_piper(

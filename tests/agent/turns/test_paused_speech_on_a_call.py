@@ -24,7 +24,7 @@ from tests.fakes.speech import words
 from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TOKEN, TwilioCaller, payloads, to_ulaw
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.conversation, pytest.mark.timeout(120)]
 
 ANSWER_WITHIN_S = 10
 """Generous: on a loaded machine the recognizer's finals can take seconds (latency is the
