@@ -120,8 +120,8 @@ class CaptionSession:
         while not events.empty():
             event = events.get_nowait()
             if event.kind == "error":
-                self.error = event.text
-                logger.warning(f"captions: {event.text}")
+                self.error = event.text  # the STT's error message, not speech
+                logger.warning(f"captions: {self.error}")
             self.board.show(event)
 
 

@@ -72,6 +72,8 @@ from pipecat.turns.user_stop import (
 from pipecat.turns.user_turn_controller import UserTurnController
 from pipecat.utils.string import TextPartForConcatenation
 
+from agent.observability.log_privacy import said
+
 EagerOutcome = Literal["kept", "restarted", "withdrawn"]
 """What became of an eager answer: kept (the final matched), restarted on the final text,
 or withdrawn because the user went on (or the LLM wanted a tool)."""
@@ -151,7 +153,7 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         so_far = self.aggregation_string()
         speculation = UserTurnSpeculation(text=f"{so_far} {eager_text}".strip())
         self._speculation = speculation
-        logger.debug(f"{self}: answering eagerly: [{speculation.text}]")
+        logger.debug(f"{self}: answering eagerly: {said(speculation.text)}")
         await self._run_speculative_inference(speculation)
 
     async def _drop_speculation(self, *, announce: bool) -> None:
@@ -169,11 +171,11 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
             return
         final = self.aggregation_string()
         if self._match_policy.matches(speculation.text, final):
-            logger.debug(f"{self}: eager answer kept: [{final}]")
+            logger.debug(f"{self}: eager answer kept: {said(final)}")
             self._confirms_speculation = True
             await self._call_event_handler("on_eager_answer", "kept")
             return
-        logger.debug(f"{self}: eager answer restarted: [{speculation.text}] -> [{final}]")
+        logger.debug(f"{self}: eager answer restarted: {said(speculation.text)} -> {said(final)}")
         await self.broadcast_frame(EagerEndOfTurnCancelFrame)
         await self._call_event_handler("on_eager_answer", "restarted")
 
@@ -233,7 +235,9 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         self._aggregation.insert(
             0, TextPartForConcatenation(text, includes_inter_part_spaces=False)
         )
-        logger.debug(f"{self}: false end, the user went on before the answer was heard: [{text}]")
+        logger.debug(
+            f"{self}: false end, the user went on before the answer was heard: {said(text)}"
+        )
         await self._call_event_handler("on_false_end_merged", text)
 
     async def _push_aggregation(self, *, run_llm: bool = True) -> str:
