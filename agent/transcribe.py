@@ -2,7 +2,8 @@
 
 Interim text goes to stderr, the final transcript is the last line of stdout (``--json``: one
 JSON object per event on stdout). Exit status: 0 transcript printed, 2 bad arguments or not an
-audio file, 3 endpoint unreachable, 4 model rejected, 5 no transcript in time.
+audio file, 3 endpoint unreachable (also: lost mid-way and not back within ``--timeout``),
+4 model rejected, 5 no transcript in time.
 """
 
 from __future__ import annotations
@@ -50,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--region", help="AWS region of the SageMaker endpoint")
     parser.add_argument("--realtime", action="store_true", help="pace audio at real speed")
     parser.add_argument("--json", action="store_true", help="print one JSON object per event")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the end")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the final transcript after the audio; also the longest wait "
+        f"to connect, up to {CONNECT_TIMEOUT_S:g} s",
+    )
     parser.add_argument("--verbose", action="store_true", help="show the service's logs")
     return parser
 
@@ -101,7 +108,7 @@ async def transcribe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )
     # A hard bound on everything, teardown included: a frozen endpoint must not hold the
     # command past what --timeout promises.
-    limit_s = CONNECT_TIMEOUT_S + audio.duration_s + args.timeout + TEARDOWN_S
+    limit_s = _connect_wait_s(args) + audio.duration_s + args.timeout + TEARDOWN_S
     try:
         async with asyncio.timeout(limit_s):
             async with RealtimeTranscriber(
@@ -126,7 +133,7 @@ async def _until_final(
 ) -> int:
     """Connect, play the file as one turn, report events until the final transcript."""
     try:
-        connected = await transcriber.wait_connected(timeout=CONNECT_TIMEOUT_S)
+        connected = await transcriber.wait_connected(timeout=_connect_wait_s(args))
     except TimeoutError:
         connected = False
     if not connected:
@@ -147,9 +154,7 @@ async def _until_final(
             try:
                 event = await transcriber.next_event(timeout=max(remaining, 0.0))
             except TimeoutError:
-                raise TranscribeError(
-                    "no final transcript before the timeout", EXIT_TIMEOUT
-                ) from None
+                raise _timed_out(transcriber, args, target, hint) from None
             _report(event, as_json=args.json, out=out, err=err)
             if event.kind == "error" and "[model_not_found]" in event.text:
                 raise TranscribeError(
@@ -167,6 +172,26 @@ async def _until_final(
                 return EXIT_OK
     finally:
         playing.cancel()
+
+
+def _connect_wait_s(args: argparse.Namespace) -> float:
+    """How long to wait for a session: a short --timeout shortens this too (a user who asks
+    for 5 s should not wait 20 on an endpoint that never answers)."""
+    return min(CONNECT_TIMEOUT_S, args.timeout)
+
+
+def _timed_out(
+    transcriber: RealtimeTranscriber, args: argparse.Namespace, target: str, hint: str
+) -> TranscribeError:
+    """No final in time: an endpoint that answers but is slow (5), or one the service lost
+    and could not reconnect to (3: a frozen or vanished endpoint is an unreachable one)."""
+    if not transcriber.service.connected:
+        return TranscribeError(
+            f"lost the STT endpoint at {target} and could not reconnect within "
+            f"--timeout {args.timeout:g} s. {hint}",
+            EXIT_UNREACHABLE,
+        )
+    return TranscribeError("no final transcript before the timeout", EXIT_TIMEOUT)
 
 
 def main(argv: list[str]) -> int:

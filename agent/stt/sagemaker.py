@@ -25,9 +25,10 @@ Errors, mapped onto :mod:`agent.stt.channels`:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,7 +49,10 @@ try:
         ResponseStreamEventPayloadPart,
         ServiceUnavailableError,
     )
+    from awscrt import http as crt_http
+    from awscrt.aio.http import AIOHttpClientConnectionUnified
     from smithy_aws_core.identity import AWSCredentialsIdentity
+    from smithy_core.aio.types import AsyncBytesProvider
     from smithy_core.exceptions import CallError, SmithyError
     from smithy_http.aio.crt import AWSCRTHTTPClient
 except ImportError as exc:  # pragma: no cover - depends on the install
@@ -125,32 +129,90 @@ class BotocoreCredentialsResolver:
         )
 
 
-CHECKED_AGAINST = {"smithy-http": "0.6.0"}
-"""The version whose internals :class:`_CRTTransport` mirrors (a test fails when it moves)."""
+CHECKED_AGAINST = {"smithy-http": "0.6.0", "awscrt": "0.38.1"}
+"""The versions whose internals :class:`_CRTTransport` mirrors (a test fails when they move)."""
 
 
 class _CRTTransport(AWSCRTHTTPClient):
-    """The SDK's CRT transport, keeping hold of the HTTP/2 streams it opens.
+    """The SDK's CRT transport, keeping hold of the HTTP/2 streams and request bodies it
+    opens, and never cancelling awscrt's own futures.
 
-    Mirrors ``smithy_http.aio.crt.AWSCRTHTTPClient._await_response`` and reads the stream's
-    private ``_writer`` task (smithy-http 0.6.0, see :data:`CHECKED_AGAINST`).
+    Mirrors ``smithy_http.aio.crt.AWSCRTHTTPClient`` (``_await_response``,
+    ``_build_new_connection``, ``close``), reads the stream's private ``_writer`` task and
+    calls awscrt's private ``_generic_new`` (versions in :data:`CHECKED_AGAINST`).
 
     When the service ends a stream first (a container close, a failure), awscrt's task that
     writes the request body fails on the final write and nobody retrieves its exception
     (asyncio then logs "Task exception was never retrieved"). :meth:`settle` waits for those
-    tasks and takes their outcome. The SDK deep-copies its transport, so copies share the list.
+    tasks and takes their outcome. The SDK deep-copies its transport (per client and again
+    per call), so copies share the lists and the connection pool: closing any copy closes
+    the connection the call opened.
+
+    awscrt completes its futures from its own thread and raises ``InvalidStateError`` there
+    (printed as "Exception ignored in ... _on_connection_setup") when one was cancelled
+    first, which is what ``asyncio.wrap_future`` does to it when a timeout cancels the wait.
+    A connect to a frozen peer ends by awscrt's own 10 s TLS deadline, right when ours does,
+    so connecting and closing wait through :func:`_without_cancelling` instead.
     """
 
-    def __init__(self, streams: list[Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, streams: list[Any] | None = None, bodies: list[Any] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self._streams: list[Any] = [] if streams is None else streams
+        self._bodies: list[Any] = [] if bodies is None else bodies
 
     async def _await_response(self, stream: Any) -> Any:
         self._streams.append(stream)
         return await super()._await_response(stream)
 
+    def _create_body_generator(self, body: Any) -> Any:
+        self._bodies.append(body)
+        return super()._create_body_generator(body)
+
+    async def _build_new_connection(self, url: Any) -> Any:
+        if url.scheme != "https":  # the SDK's own error (or plain HTTP, which SageMaker refuses)
+            return await super()._build_new_connection(url)
+        tls = self._tls_ctx.new_connection_options()
+        tls.set_server_name(url.host)
+        tls.set_alpn_list(["h2", "http/1.1"])
+        connecting = AIOHttpClientConnectionUnified._generic_new(
+            url.host,
+            url.port or self._HTTPS_PORT,
+            self._client_bootstrap,
+            self._socket_options,
+            tls,
+            None,
+            asyncio_connection=True,
+        )
+        return await _without_cancelling(connecting, unwanted=_close_connection)
+
+    async def close(self) -> None:
+        """Close the pooled connections; a cancelled wait leaves their shutdown running."""
+        if self._closed:
+            return
+        self._closed = True
+        connections = tuple(self._connections.values())
+        self._connections.clear()
+        shutdowns = [_without_cancelling(_close_connection(c)) for c in connections]
+        await asyncio.gather(*shutdowns, return_exceptions=True)
+
+    async def abandon_bodies(self) -> None:
+        """Drop what the request bodies still hold, releasing anyone waiting to write.
+
+        smithy's event publisher cannot be cancelled out of its ``close()``: cancelled while
+        its last event waits for room in the body, it flushes the body in a ``finally`` and
+        waits there for good on a frozen stream (the HTTP/2 window never reopens).
+        """
+        bodies, self._bodies[:] = list(self._bodies), []
+        for body in bodies:
+            if isinstance(body, AsyncBytesProvider):
+                await body.close(flush=False)
+
     def __deepcopy__(self, memo: Any) -> _CRTTransport:
-        return _CRTTransport(self._streams, eventloop=self._eventloop)
+        twin = _CRTTransport(self._streams, self._bodies, eventloop=self._eventloop)
+        twin._connections = self._connections
+        return twin
 
     async def settle(self, timeout: float = 2.0) -> None:
         writers = [
@@ -162,8 +224,60 @@ class _CRTTransport(AWSCRTHTTPClient):
         _, pending = await asyncio.wait(writers, timeout=timeout) if timeout > 0 else ((), writers)
         for writer in pending:
             writer.cancel()
-        # Taking each outcome keeps asyncio from logging the expected write failures.
-        await asyncio.gather(*writers, return_exceptions=True)
+        # Taking each outcome keeps asyncio from logging the expected write failures. A
+        # cancelled writer still ends the stream (awscrt's ``finally``), which a connection
+        # that is not shut down yet may hold: don't wait on it for long.
+        await asyncio.wait(writers, timeout=1.0)
+        for writer in writers:
+            _consume(writer)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Take a task's outcome now or when it ends, so asyncio logs no unretrieved exception."""
+    if task.done():
+        if not task.cancelled():
+            task.exception()
+    else:
+        task.add_done_callback(_consume)
+
+
+def _close_connection(connection: Any) -> concurrent.futures.Future[Any]:
+    """Start closing an awscrt connection; its shutdown future (the base class's sync close,
+    since the asyncio class's ``close()`` awaits that future and would cancel it)."""
+    shutdown: concurrent.futures.Future[Any] = crt_http.HttpConnectionBase.close(connection)
+    return shutdown
+
+
+def _without_cancelling(
+    future: concurrent.futures.Future[Any], *, unwanted: Callable[[Any], object] = lambda _: None
+) -> asyncio.Future[Any]:
+    """Await an awscrt future without ever cancelling it (unlike ``asyncio.wrap_future``).
+
+    Cancelling the returned waiter only stops the wait; awscrt completes its future when it
+    is done, and a result nobody waits for any more goes to ``unwanted`` (a connection that
+    opened after its caller gave up is closed, not leaked).
+    """
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[Any] = loop.create_future()
+
+    def deliver(done: concurrent.futures.Future[Any]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if waiter.cancelled():
+            if not done.cancelled() and error is None:
+                unwanted(done.result())
+        elif done.cancelled():
+            waiter.cancel()
+        elif error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(done.result())
+
+    def from_crt_thread(done: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(deliver, done)
+
+    future.add_done_callback(from_crt_thread)
+    return waiter
 
 
 class SageMakerChannel:
@@ -194,6 +308,7 @@ class SageMakerChannel:
         self._messages: asyncio.Queue[str | ChannelClosed] = asyncio.Queue(maxsize=256)
         self._send_lock = asyncio.Lock()
         self._ended: ChannelClosed | None = None
+        self._frozen = False  # a send found no room: nothing graceful will get through
         self._closed = False
         self._reader = asyncio.create_task(self._read(), name=f"sagemaker-reader {description}")
 
@@ -290,6 +405,7 @@ class SageMakerChannel:
                     await self._stream.input_stream.send(part)
             except TimeoutError as exc:
                 # A frozen stream (HTTP/2 flow control never reopens): it is of no more use.
+                self._frozen = True
                 self._ended = self._ended or ChannelClosed(
                     f"sending to {self._description} took over {self._send_timeout_s:g} s; "
                     "the stream looks frozen"
@@ -321,14 +437,13 @@ class SageMakerChannel:
             self._ended = ChannelClosed("the SageMaker channel is closed")
         if not self._messages.full():  # wake a receiver now: the teardown below takes time
             self._messages.put_nowait(self._ended)
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                async with self._send_lock:
-                    await self._stream.input_stream.close()
+        # A frozen stream takes no end of input and sends no end of stream: skip the waits.
+        grace_s = 0.0 if self._frozen else 2.0
+        await self._end_input(grace_s)
         # The service answers the end of input by ending its stream, which ends the reader.
         # Cancelling the reader while awscrt holds a pending read upsets awscrt, so it is
         # only the last resort, after the connection itself is gone.
-        await _wait(self._reader, 2.0)
+        await _wait(self._reader, grace_s)
         await _discard(self._client, self._transport, self._stream)
         if not await _wait(self._reader, 2.0):
             # awscrt may hold the reader's pending read past cancellation on a frozen stream:
@@ -337,6 +452,24 @@ class SageMakerChannel:
             await _wait(self._reader, 2.0)
         if self._messages.empty():
             self._messages.put_nowait(self._ended)
+
+    async def _end_input(self, timeout: float) -> None:
+        """Send the end of input; on a stream that takes no more, drop it instead.
+
+        The close runs as a task of its own, not cancelled on timeout: smithy's publisher
+        would then wait for good in its ``finally`` (see :meth:`_CRTTransport.abandon_bodies`,
+        which releases it).
+        """
+
+        async def end() -> None:
+            async with self._send_lock:
+                await self._stream.input_stream.close()
+
+        ending = asyncio.ensure_future(end())
+        if not await _wait(ending, timeout):
+            await self._transport.abandon_bodies()
+            await _wait(ending, 1.0)
+        _consume(ending)
 
     async def _read(self) -> None:
         parts: list[bytes] = []
@@ -388,7 +521,7 @@ class SageMakerChannel:
             self._messages.put_nowait(closed)
 
 
-async def _wait(task: asyncio.Task[None], timeout: float) -> bool:
+async def _wait(task: asyncio.Future[None], timeout: float) -> bool:
     """Wait for ``task`` to end by itself; whether it did."""
     done, _ = await asyncio.wait({task}, timeout=timeout)
     return bool(done)
@@ -403,7 +536,8 @@ async def _discard(
 ) -> None:
     """Close what a failed or finished stream leaves: its streams, then the connection."""
     if stream is not None:
-        # Bounded: when the request never got out, nothing drains the input stream.
+        # Nothing will drain the request body any more: release whoever waits to write it.
+        await transport.abandon_bodies()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await stream.input_stream.close()

@@ -96,6 +96,9 @@ class RealtimePeer:
     garbage_after: int | None = None
     on_append: AppendHook | None = None
     port: int = 0
+    paths: tuple[str, ...] = ("/v1/realtime",)
+    """Where the socket is served; add SageMaker's ``/invocations-bidirectional-stream`` to
+    stand behind the runtime stand-in as a container does."""
 
     violations: list[str] = field(default_factory=list)
     generations: list[Generation] = field(default_factory=list)
@@ -115,7 +118,7 @@ class RealtimePeer:
             self._handle,
             "127.0.0.1",
             self.port,
-            process_request=_paths,
+            process_request=self._route,
             compression=None,  # as our client asks; vLLM would accept deflate too
             max_size=2**24,  # uvicorn's default, which vLLM serves under
             ping_interval=None,
@@ -126,6 +129,13 @@ class RealtimePeer:
         assert self._server is not None
         self._server.close()
         await self._server.wait_closed()
+
+    def _route(self, connection: ServerConnection, request: Request) -> Response | None:
+        if request.path == "/health":
+            return connection.respond(HTTPStatus.OK, "")
+        if request.path not in self.paths:
+            return connection.respond(HTTPStatus.NOT_FOUND, "no such path\n")
+        return None
 
     def transcripts(self) -> list[int]:
         """Samples received per finished generation."""
@@ -146,14 +156,6 @@ class RealtimePeer:
             pass
         finally:
             self.open_connections -= 1
-
-
-def _paths(connection: ServerConnection, request: Request) -> Response | None:
-    if request.path == "/health":
-        return connection.respond(HTTPStatus.OK, "")
-    if request.path != "/v1/realtime":
-        return connection.respond(HTTPStatus.NOT_FOUND, "no such path\n")
-    return None
 
 
 class _Session:

@@ -768,16 +768,17 @@ class _Upstream:
                 protocol.receive_data(data)
             else:
                 protocol.receive_eof()
-            for event in protocol.events_received():
+            events = protocol.events_received()
+            for index, event in enumerate(events):
                 if isinstance(event, Response):
                     if protocol.handshake_exc is not None:
                         writer.close()
                         raise ConnectionError(
                             f"container refused the WebSocket: {event.status_code}"
                         )
-                    upstream.pending = [
-                        e for e in protocol.events_received() if isinstance(e, Frame)
-                    ]
+                    # Frames that came in the same read as the handshake (vLLM's
+                    # session.created does) are already out of the protocol: keep them.
+                    upstream.pending = [e for e in events[index + 1 :] if isinstance(e, Frame)]
                     return upstream
             if not data:
                 writer.close()

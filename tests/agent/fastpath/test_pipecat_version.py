@@ -28,6 +28,6 @@ def test_the_sagemaker_channels_transport_matches_the_installed_smithy_http() ->
         installed = version(distribution)
         assert installed == checked, (
             f"agent.stt.sagemaker._CRTTransport mirrors {distribution} {checked} internals, but "
-            f"{installed} is installed: re-read smithy_http.aio.crt, rerun "
-            "tests/agent/stt/test_sagemaker_channel.py, then update its CHECKED_AGAINST"
+            f"{installed} is installed: re-read smithy_http.aio.crt and awscrt/http.py, rerun "
+            "tests/agent/stt/test_sagemaker*.py, then update its CHECKED_AGAINST"
         )

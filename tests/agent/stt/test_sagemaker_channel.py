@@ -9,8 +9,10 @@ or the offline ASR server for real speech.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import ssl
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -19,7 +21,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from agent.stt.channels import ChannelClosed, ChannelError, RealtimeChannel
-from agent.stt.sagemaker import SageMakerChannel, sagemaker_channel_factory
+from agent.stt.sagemaker import SageMakerChannel, _without_cancelling, sagemaker_channel_factory
 from tests.conftest import requires_espeak
 from tests.fakes.sagemaker_runtime import LoopbackTLS, SageMakerRuntimeStandIn
 
@@ -314,6 +316,26 @@ async def test_a_pending_receive_ends_when_the_channel_closes(
     await channel.close()
     with pytest.raises(ChannelClosed):
         await waiting
+
+
+async def test_a_cancelled_wait_leaves_awscrts_future_alone_and_closes_what_comes_late() -> None:
+    """awscrt completes its futures from its own thread, cancelled or not (``InvalidStateError``
+    on a cancelled one): a timeout must stop our wait only, and a connection that opens after
+    its caller gave up is handed over to be closed."""
+    crt_future: concurrent.futures.Future[str] = concurrent.futures.Future()
+    unwanted: list[str] = []
+    waiter = _without_cancelling(crt_future, unwanted=unwanted.append)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await waiter
+    assert not crt_future.cancelled()
+    late = threading.Thread(target=crt_future.set_result, args=("late connection",))
+    late.start()
+    late.join()
+    async with asyncio.timeout(5):
+        while not unwanted:  # noqa: ASYNC110 - delivered through the loop from another thread
+            await asyncio.sleep(0.01)
+    assert unwanted == ["late connection"]
 
 
 # ----------------------------------------------------------------------------- real speech

@@ -56,6 +56,8 @@ class _Nothing:
 
     async def settle(self, timeout: float = 0) -> None: ...
 
+    async def abandon_bodies(self) -> None: ...
+
     @property
     def input_stream(self) -> _Nothing:
         return self
