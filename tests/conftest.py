@@ -157,3 +157,24 @@ def no_turn_left_to_the_fallback(request: pytest.FixtureRequest) -> Iterator[Non
         logger.remove(sink)
     if seen and request.node.get_closest_marker("turn_fallback_expected") is None:
         pytest.fail(f"a user turn was left to Pipecat's fallback: {seen[0].strip()}")
+
+
+@pytest.fixture
+def redacted_log() -> Iterator[list[str]]:
+    """Every line the server's own log handler (``observability.log_transcripts`` off) would
+    print while the test runs, at every level: a test asserts the conversation is not in it."""
+    from loguru import logger
+
+    from agent.observability.log_privacy import handler_options
+
+    lines: list[str] = []
+    sink = logger.add(lines.append, level="TRACE", **handler_options(log_transcripts=False))
+    try:
+        yield lines
+    finally:
+        logger.remove(sink)
+
+
+def quoted_in(lines: list[str], *phrases: str) -> list[str]:
+    """The log lines that quote any of ``phrases`` (case-insensitive)."""
+    return [line for line in lines if any(p.lower() in line.lower() for p in phrases)]

@@ -18,7 +18,7 @@ from tests.agent.transports.stack import (
     server_tasks,
     stack_settings,
 )
-from tests.conftest import requires_espeak
+from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.serving import port_of
 from tests.fakes.speech_server import SpeechServer
@@ -102,7 +102,7 @@ async def test_a_tts_reset_mid_answer_costs_that_answer_only(
 
 
 async def test_an_llm_stream_reset_mid_answer_costs_that_answer_only(
-    asr_server_url: str, asr_model_name: str
+    asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
     chat = ChatServer(answer=" ".join(["This answer is long and streamed slowly."] * 20))
     with chat, SpeechServer(voice="espeak") as tts:
@@ -136,6 +136,8 @@ async def test_an_llm_stream_reset_mid_answer_costs_that_answer_only(
                             what="the second answer",
                         )
                     assert app.state.registry.stats.active == 1
+    # The error path (a reset stream, logged as errors) quotes neither side of the call.
+    assert quoted_in(redacted_log, "paris", "table", "streamed slowly") == []
 
 
 async def test_a_slow_narrow_line_to_the_caller_still_carries_the_call(

@@ -54,7 +54,7 @@ from agent.config import Settings
 from agent.fastpath.tentative_answer import TentativeAnswerUserAggregator
 from agent.stt.protocol import TranscriptionDelta
 from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
-from tests.conftest import requires_espeak
+from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.paused_speech import Utterance
 from tests.fakes.realtime_peer import Generation, RealtimePeer, Send
@@ -125,7 +125,7 @@ async def call(url: str, speak: Any) -> TwilioCaller:
 
 
 async def test_a_false_end_is_cancelled_unheard_and_both_parts_reach_the_llm_as_one_turn(
-    asr_server_url: str, asr_model_name: str
+    asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
     # The model takes 4 s to its first token: the caller goes on long before any answer.
     with ChatServer(script=echo, first_token_delay_s=4.0) as chat:
@@ -165,6 +165,7 @@ async def test_a_false_end_is_cancelled_unheard_and_both_parts_reach_the_llm_as_
     assert roles(last) == ["user"]
     assert normalized(user_messages(last)[0]) == normalized(BOOKING.text)
     assert merged == 1
+    assert quoted_in(redacted_log, "book a table", "two people") == []  # the merge is logged
 
 
 async def test_a_turn_whose_answer_was_heard_stays_a_turn_of_its_own(
@@ -257,7 +258,9 @@ async def ask(url: str, text: str) -> TwilioCaller:
     return await call(url, speak)
 
 
-async def test_an_eager_answer_is_kept_when_the_final_transcript_matches() -> None:
+async def test_an_eager_answer_is_kept_when_the_final_transcript_matches(
+    redacted_log: list[str],
+) -> None:
     peer = scripted_stt("What time is it", "What time is it?")
     with ChatServer(script=echo) as chat:
         async with peer:
@@ -271,9 +274,12 @@ async def test_an_eager_answer_is_kept_when_the_final_transcript_matches() -> No
     assert user_messages(chat.requests[0]) == ["What time is it"]
     assert kept == 1
     assert normalized(spoken) == "you asked what time is it"
+    assert quoted_in(redacted_log, "what time is it") == []
 
 
-async def test_an_eager_answer_is_restarted_on_the_final_text_when_it_differs() -> None:
+async def test_an_eager_answer_is_restarted_on_the_final_text_when_it_differs(
+    redacted_log: list[str],
+) -> None:
     peer = scripted_stt("I would like to book a table", "I would like to book a table for two.")
     with ChatServer(script=echo) as chat:
         async with peer:
@@ -292,6 +298,7 @@ async def test_an_eager_answer_is_restarted_on_the_final_text_when_it_differs() 
     assert roles(final) == ["user"]
     assert restarted == 1
     assert normalized(spoken) == "you asked i would like to book a table for two"
+    assert quoted_in(redacted_log, "book a table") == []
 
 
 def bot_said(app: FastAPI) -> list[str]:

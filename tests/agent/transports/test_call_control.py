@@ -28,7 +28,7 @@ from tests.agent.transports.phone_stack import (
     tool_results,
 )
 from tests.agent.transports.stack import async_wait_for, server_tasks
-from tests.conftest import requires_espeak
+from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ToolCall
 from tests.fakes.speech_server import ESPEAK_RATE
 from tests.fakes.twilio_caller import TOKEN, ulaw_speech
@@ -65,7 +65,7 @@ def transfers_to(destination: str):  # type: ignore[no-untyped-def]
 
 
 async def test_a_caller_who_asks_for_a_person_is_transferred(
-    asr_server_url: str, asr_model_name: str
+    asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
     async with TwilioStandIn() as twilio:
         with phone_agent(asr_server_url, asr_model_name, twilio, transfers_to(TRANSFER_TO)) as (
@@ -100,6 +100,7 @@ async def test_a_caller_who_asks_for_a_person_is_transferred(
             advertised = [t["function"]["name"] for t in chat.requests[0]["tools"]]
             assert "transfer_call" in advertised
             assert server_tasks(app) == []
+    assert quoted_in(redacted_log, "transfer you", "speak to a person") == []
 
 
 async def test_a_destination_off_the_list_is_refused_to_the_model(

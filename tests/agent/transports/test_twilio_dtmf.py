@@ -11,7 +11,7 @@ import pytest
 
 from tests.agent.transports.phone_stack import last_user_text, phone_agent
 from tests.agent.transports.stack import async_wait_for
-from tests.conftest import requires_espeak
+from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ToolCall
 from tests.fakes.twilio_caller import heard_keys
 from tests.fakes.twilio_rest import TwilioStandIn
@@ -45,7 +45,7 @@ def user_messages(chat: Any) -> list[str]:
 
 
 async def test_a_keypress_sequence_reaches_the_model_once_and_changes_its_answer(
-    asr_server_url: str, asr_model_name: str
+    asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
     async with TwilioStandIn() as twilio:
         with phone_agent(asr_server_url, asr_model_name, twilio, menu) as (url, app, chat):
@@ -66,6 +66,7 @@ async def test_a_keypress_sequence_reaches_the_model_once_and_changes_its_answer
             assert user_messages(chat) == ["The caller pressed 42."]  # one message, debounced
             await caller.stop()
             await asyncio.wait_for(caller.closed.wait(), 10)
+    assert quoted_in(redacted_log, "pressed 42", "forty two") == []
 
 
 async def test_a_keypress_interrupts_the_bot_like_speech(
