@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
+import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,6 +25,34 @@ from typing import Any, Protocol
 import numpy as np
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # set before faster-whisper (and huggingface_hub) load
+
+logger = logging.getLogger("agent.local.recognizer")
+
+CT2_BACKEND_ENV = "CT2_USE_MKL"
+"""CTranslate2 reads this once, when it loads: ``0`` = oneDNN, ``1`` = Intel MKL. Unset, it
+picks MKL on Intel CPUs and oneDNN elsewhere, so the same audio decodes differently (and,
+measured on an AMD EPYC, MKL there is 10-15x slower); we pin oneDNN unless the user chose."""
+
+
+def choose_cpu_backend(
+    environ: MutableMapping[str, str] = os.environ, loaded: Container[str] = sys.modules
+) -> str:
+    """Pin CTranslate2 to oneDNN on every CPU unless ``CT2_USE_MKL`` is set; return the
+    backend's name. Has no effect once ctranslate2 is loaded, so it runs at import, and
+    says so when it is too late."""
+    if "ctranslate2" in loaded and CT2_BACKEND_ENV not in environ:
+        logger.warning(
+            "ctranslate2 was loaded before agent.local.recognizer, so its CPU backend "
+            "depends on the CPU; set %s=0 in the environment for the same results everywhere",
+            CT2_BACKEND_ENV,
+        )
+        return "the CPU's default"
+    environ.setdefault(CT2_BACKEND_ENV, "0")
+    mkl = environ[CT2_BACKEND_ENV].strip().lower() in {"1", "true"}  # as CTranslate2 reads it
+    return "Intel MKL" if mkl else "oneDNN"
+
+
+CPU_BACKEND = choose_cpu_backend()
 
 
 class Recognizer(Protocol):

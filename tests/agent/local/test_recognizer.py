@@ -3,13 +3,23 @@ Whisper's 30 s, with faster-whisper's full path as the fallback for a doubtful h
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from agent.local import recognizer as recognizer_module
-from agent.local.recognizer import WhisperRecognizer, pcm16_to_float
+from agent.local.recognizer import (
+    CT2_BACKEND_ENV,
+    WhisperRecognizer,
+    choose_cpu_backend,
+    pcm16_to_float,
+)
 from tests.conftest import requires_espeak
 from tests.fakes.speech import SENTENCES, speech_at, word_error_rate
 
@@ -68,3 +78,36 @@ def test_silence_is_no_text(whisper: WhisperRecognizer) -> None:
 )
 def test_a_hypothesis_stuck_in_a_loop_is_recognised(text: str, looping: bool) -> None:
     assert recognizer_module._repeats(text) is looping
+
+
+def test_ctranslate2_is_pinned_to_onednn_unless_the_user_chose() -> None:
+    environ: dict[str, str] = {}
+    assert choose_cpu_backend(environ, loaded=set()) == "oneDNN"
+    assert environ == {CT2_BACKEND_ENV: "0"}
+    chosen = {CT2_BACKEND_ENV: "1"}
+    assert choose_cpu_backend(chosen, loaded=set()) == "Intel MKL"
+    assert chosen == {CT2_BACKEND_ENV: "1"}
+
+
+def test_a_backend_chosen_too_late_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    environ: dict[str, str] = {}
+    with caplog.at_level(logging.WARNING, logger="agent.local.recognizer"):
+        assert choose_cpu_backend(environ, loaded={"ctranslate2"}) == "the CPU's default"
+    assert environ == {}
+    assert f"set {CT2_BACKEND_ENV}=0" in caplog.text
+
+
+@pytest.mark.parametrize(("setting", "mkl"), [(None, "false"), ("1", "true"), ("0", "false")])
+def test_the_loaded_model_runs_on_the_chosen_backend(setting: str | None, mkl: str) -> None:
+    """What CTranslate2 itself reports when the recognizer loads in a fresh process."""
+    pytest.importorskip("faster_whisper", reason="the offline recognizer needs faster-whisper")
+    env = {k: v for k, v in os.environ.items() if k != CT2_BACKEND_ENV}
+    env |= {"CT2_VERBOSE": "1"} | ({CT2_BACKEND_ENV: setting} if setting else {})
+    root = Path(__file__).resolve().parents[3]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    code = "from agent.local.recognizer import WhisperRecognizer; WhisperRecognizer(cpu_threads=1)"
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"Use Intel MKL: {mkl}" in run.stderr, run.stderr
