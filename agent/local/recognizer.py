@@ -104,6 +104,19 @@ class WhisperRecognizer:
         return "".join(segment.text for segment in segments).strip()
 
 
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """One greedy decode and the numbers faster-whisper judges a decode by."""
+
+    text: str
+    avg_logprob: float
+    no_speech_prob: float
+
+    @property
+    def compression_ratio(self) -> float:
+        return _compression_ratio(self.text)
+
+
 class _ShortWindowDecoder:
     """Greedy decoding on an encoder window sized to the audio instead of Whisper's 30 s.
 
@@ -114,6 +127,12 @@ class _ShortWindowDecoder:
     audio (measured on the speech tests: word error 0.033 against the full window's 0.034).
     A hypothesis that looks wrong by faster-whisper's own tests (gzip compression ratio,
     average log-probability) returns ``None``, and the caller decodes it the full way.
+
+    The window is padded with silence in the audio, as Whisper was trained, not with zero
+    features as faster-whisper pads: zero log-mel features are far louder than silence, and
+    with them the text depended on how much quiet followed the last word (8 kHz espeak "turn
+    on the lights in the kitchen" came back as "turn on the life in my kitchen" when cut
+    0.4 s earlier). Padded with silence, every cut after the speech decodes the same.
     """
 
     MIN_WINDOW_FRAMES = 1000  # 10 s at Whisper's 100 frames per second
@@ -128,6 +147,7 @@ class _ShortWindowDecoder:
 
         self._ct2 = ctranslate2
         self._model = model
+        self._hop = model.feature_extractor.hop_length
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
@@ -135,38 +155,51 @@ class _ShortWindowDecoder:
         self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]))
 
     def transcribe(self, audio: np.ndarray) -> str | None:
-        features = self._model.feature_extractor(audio)[:, :-1]
-        frames = features.shape[-1]
+        """The text, or ``None`` when the full window should decide."""
+        hypothesis = self.decode(audio)
+        if hypothesis is None:
+            return None
+        return hypothesis.text if self.trusted(hypothesis) else None
+
+    def decode(self, audio: np.ndarray) -> Hypothesis | None:
+        """Greedy decode on the short window; ``None`` if the audio doesn't fit in 30 s."""
+        frames = audio.size // self._hop
         if frames > self.MAX_WINDOW_FRAMES:
             return None
         window = min(self.MAX_WINDOW_FRAMES, max(self.MIN_WINDOW_FRAMES, 3 * frames))
-        padded = np.zeros((1, features.shape[0], window), dtype=np.float32)
-        padded[0, :, :frames] = features  # zero features past the audio, as faster-whisper pads
-        encoded = self._model.model.encode(self._ct2.StorageView.from_array(padded), to_cpu=False)
-        seconds = audio.size / 16_000
+        padded = np.zeros(window * self._hop, dtype=np.float32)
+        padded[: audio.size] = audio
+        features = self._model.feature_extractor(padded)[np.newaxis, :, :window]
+        encoded = self._model.model.encode(
+            self._ct2.StorageView.from_array(np.ascontiguousarray(features, dtype=np.float32)),
+            to_cpu=False,
+        )
         result = self._model.model.generate(
             encoded,
             [self._prompt],
             beam_size=1,
-            max_length=len(self._prompt) + int(16 + 8 * seconds),
+            max_length=len(self._prompt) + int(16 + 8 * audio.size / 16_000),
             return_scores=True,
+            return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=self._suppress,
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # generate() length-normalises the score; faster-whisper's average is over len + 1
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        # Doubtful (faster-whisper would retry at a higher temperature, or drop it as silence
-        # when no_speech_prob is high too): the full path decides. Short windows hallucinate
-        # more on audio that starts mid-word, so this is not rare enough to guess "".
         text = self._tokenizer.decode(tokens).strip()
-        if (
-            avg_logprob < self.LOG_PROB_THRESHOLD
-            or _compression_ratio(text) > self.COMPRESSION_RATIO_THRESHOLD
-            or _repeats(text)
-        ):
-            return None
-        return text
+        return Hypothesis(text, avg_logprob, result.no_speech_prob)
+
+    def trusted(self, hypothesis: Hypothesis) -> bool:
+        """Whether to keep a hypothesis without a full decode. A doubtful one (faster-whisper
+        would retry at a higher temperature, or drop it as silence when ``no_speech_prob`` is
+        high too) goes to the full path: short windows hallucinate more on audio that starts
+        mid-word, so doubt is not rare enough to guess ""."""
+        return not (
+            hypothesis.avg_logprob < self.LOG_PROB_THRESHOLD
+            or hypothesis.compression_ratio > self.COMPRESSION_RATIO_THRESHOLD
+            or _repeats(hypothesis.text)
+        )
 
 
 def _compression_ratio(text: str) -> float:

@@ -20,6 +20,7 @@ from agent.local.recognizer import (
     choose_cpu_backend,
     pcm16_to_float,
 )
+from agent.stt.audio import resample
 from tests.conftest import requires_espeak
 from tests.fakes.speech import SENTENCES, speech_at, word_error_rate
 
@@ -78,6 +79,21 @@ def test_silence_is_no_text(whisper: WhisperRecognizer) -> None:
 )
 def test_a_hypothesis_stuck_in_a_loop_is_recognised(text: str, looping: bool) -> None:
     assert recognizer_module._repeats(text) is looping
+
+
+@requires_espeak
+def test_the_text_does_not_depend_on_how_much_quiet_followed_the_speech(
+    whisper: WhisperRecognizer,
+) -> None:
+    """The server decodes a turn up to wherever its last partial reached, so the same speech
+    arrives with more or less quiet after it. With the window padded by zero features
+    (faster-whisper's way) telephone-band espeak came back as "turn on the life in my
+    kitchen" once 0.1 s of its 0.4 s of trailing quiet was cut."""
+    sentence = "turn on the lights in the kitchen"
+    audio = pcm16_to_float(resample(speech_at(sentence, 8_000), 8_000, RATE))
+    texts = {whisper.transcribe(audio[: audio.size - cut * RATE // 10]) for cut in range(4)}
+    assert len(texts) == 1, texts
+    assert word_error_rate(sentence, texts.pop()) == 0
 
 
 def test_ctranslate2_is_pinned_to_onednn_unless_the_user_chose() -> None:
