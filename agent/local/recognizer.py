@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import sys
 import time
 import zlib
@@ -89,7 +90,8 @@ class WhisperRecognizer:
         if audio.size == 0 or float(np.max(np.abs(audio))) < 1e-4:
             return ""  # digital silence: whisper would only hallucinate
         text = self._short.transcribe(audio)
-        return self._full_window(audio) if text is None else text
+        text = self._full_window(audio) if text is None else text
+        return "" if is_no_speech(text) else text
 
     def _full_window(self, audio: np.ndarray) -> str:
         """faster-whisper's own path: a 30 s window, with its temperature fallback."""
@@ -102,6 +104,19 @@ class WhisperRecognizer:
             without_timestamps=True,
         )
         return "".join(segment.text for segment in segments).strip()
+
+
+FILLERS = frozenset({"uh", "um", "umm", "uhm", "hm", "hmm", "mm", "mmm", "er", "erm"})
+"""Hesitations whisper writes out for a breath, a click or line noise. Not words that answer
+something: "you" (whisper's favourite guess on noise, but also a reply), "no", "uh-huh"."""
+
+_WORD = re.compile(r"\w[\w'-]*")
+
+
+def is_no_speech(text: str) -> bool:
+    """Whether a hypothesis holds no word: only punctuation, or only fillers. A turn with no
+    words must reach the client as "" so it answers nothing, not "." or "Um."."""
+    return all(token.lower() in FILLERS for token in _WORD.findall(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +154,7 @@ class _ShortWindowDecoder:
     MAX_WINDOW_FRAMES = 3000
     COMPRESSION_RATIO_THRESHOLD = 2.4  # faster-whisper's defaults
     LOG_PROB_THRESHOLD = -1.0
+    NO_SPEECH_THRESHOLD = 0.6
 
     def __init__(self, model: Any) -> None:
         import ctranslate2
@@ -159,6 +175,8 @@ class _ShortWindowDecoder:
         hypothesis = self.decode(audio)
         if hypothesis is None:
             return None
+        if is_no_speech(hypothesis.text) and hypothesis.no_speech_prob > self.NO_SPEECH_THRESHOLD:
+            return ""  # no word, and the model says no speech: a full decode would agree
         return hypothesis.text if self.trusted(hypothesis) else None
 
     def decode(self, audio: np.ndarray) -> Hypothesis | None:

@@ -16,8 +16,10 @@ import pytest
 from agent.local import recognizer as recognizer_module
 from agent.local.recognizer import (
     CT2_BACKEND_ENV,
+    Hypothesis,
     WhisperRecognizer,
     choose_cpu_backend,
+    is_no_speech,
     pcm16_to_float,
 )
 from agent.stt.audio import resample
@@ -94,6 +96,73 @@ def test_the_text_does_not_depend_on_how_much_quiet_followed_the_speech(
     texts = {whisper.transcribe(audio[: audio.size - cut * RATE // 10]) for cut in range(4)}
     assert len(texts) == 1, texts
     assert word_error_rate(sentence, texts.pop()) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "empty"),
+    [
+        ("", True),
+        (".", True),
+        ("...", True),
+        (" - ", True),
+        ("Uh.", True),
+        ("Um, uh...", True),
+        ("Hmm?", True),
+        ("You", False),  # whisper's guess on noise, but also a reply ("Who's next?" "You.")
+        ("you.", False),
+        ("Uh-huh.", False),  # a yes
+        ("Uh, yes.", False),
+        ("No.", False),
+        ("2.", False),
+    ],
+)
+def test_a_hypothesis_of_only_punctuation_or_fillers_is_no_speech(text: str, empty: bool) -> None:
+    assert is_no_speech(text) is empty
+
+
+@pytest.mark.parametrize(("short", "full"), [("Um.", "unused"), (None, "..."), (None, "Hmm.")])
+def test_the_recognizer_answers_nothing_when_no_word_was_heard(
+    whisper: WhisperRecognizer,
+    monkeypatch: pytest.MonkeyPatch,
+    short: str | None,
+    full: str,
+) -> None:
+    monkeypatch.setattr(whisper._short, "transcribe", lambda audio: short)
+    monkeypatch.setattr(whisper, "_full_window", lambda audio: full)
+    assert whisper.transcribe(np.full(RATE, 0.01, np.float32)) == ""
+
+
+def test_a_word_alone_is_still_an_answer(
+    whisper: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(whisper._short, "transcribe", lambda audio: "You.")
+    assert whisper.transcribe(np.full(RATE, 0.01, np.float32)) == "You."
+
+
+@pytest.mark.parametrize(
+    ("hypothesis", "answer"),
+    [
+        (Hypothesis(".", avg_logprob=-1.06, no_speech_prob=0.98), ""),  # noise: no full decode
+        (Hypothesis(". . . . . . . .", avg_logprob=-0.15, no_speech_prob=0.98), ""),
+        (Hypothesis(".", avg_logprob=-1.06, no_speech_prob=0.3), None),  # speech? full decides
+        (Hypothesis("You", avg_logprob=-1.8, no_speech_prob=0.96), None),
+        (Hypothesis("Non-velight", avg_logprob=-2.0, no_speech_prob=0.62), None),
+        (
+            Hypothesis("Turn on the light.", avg_logprob=-0.45, no_speech_prob=0.1),
+            "Turn on the light.",
+        ),
+    ],
+)
+def test_the_short_window_answers_no_speech_only_when_the_model_agrees(
+    whisper: WhisperRecognizer,
+    monkeypatch: pytest.MonkeyPatch,
+    hypothesis: Hypothesis,
+    answer: str | None,
+) -> None:
+    """Whisper's own silence rule needs the no-speech probability as well as a doubtful
+    score; a hypothesis with no word and a high no-speech probability needs no second decode."""
+    monkeypatch.setattr(whisper._short, "decode", lambda audio: hypothesis)
+    assert whisper._short.transcribe(np.zeros(RATE, np.float32)) == answer
 
 
 def test_ctranslate2_is_pinned_to_onednn_unless_the_user_chose() -> None:
