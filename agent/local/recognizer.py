@@ -146,8 +146,9 @@ class _ShortWindowDecoder:
     The window is padded with silence in the audio, as Whisper was trained, not with zero
     features as faster-whisper pads: zero log-mel features are far louder than silence, and
     with them the text depended on how much quiet followed the last word (8 kHz espeak "turn
-    on the lights in the kitchen" came back as "turn on the life in my kitchen" when cut
-    0.4 s earlier). Padded with silence, every cut after the speech decodes the same.
+    on the lights in the kitchen" came back as "turn on the life in my kitchen" once 0.1 s of
+    the 0.4 s of quiet after it was cut). Padded with silence, every cut after the speech
+    decodes the same, on oneDNN and on MKL (``bench/results/recognizer_backends.md``).
     """
 
     MIN_WINDOW_FRAMES = 1000  # 10 s at Whisper's 100 frames per second
