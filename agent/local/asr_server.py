@@ -63,6 +63,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from agent.config import ASRServerSettings, ConfigError, load_settings
 from agent.local.recognizer import (
+    CPU_BACKEND,
     DecodeQueue,
     DecoderBusy,
     ModelUnavailableError,
@@ -553,7 +554,10 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"voice-agent asr-server: {exc}", file=sys.stderr)
         return 2
-    print(f"Loading faster-whisper tiny.en ({settings.cpu_threads} CPU threads)…", flush=True)
+    print(
+        f"Loading faster-whisper tiny.en ({settings.cpu_threads} CPU threads, {CPU_BACKEND})…",
+        flush=True,
+    )
     try:
         recognizer = WhisperRecognizer(cpu_threads=settings.cpu_threads)
     except ModelUnavailableError as exc:

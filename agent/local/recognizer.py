@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
+import re
+import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,6 +26,34 @@ from typing import Any, Protocol
 import numpy as np
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # set before faster-whisper (and huggingface_hub) load
+
+logger = logging.getLogger("agent.local.recognizer")
+
+CT2_BACKEND_ENV = "CT2_USE_MKL"
+"""CTranslate2 reads this once, when it loads: ``0`` = oneDNN, ``1`` = Intel MKL. Unset, it
+picks MKL on Intel CPUs and oneDNN elsewhere, so the same audio decodes differently (and,
+measured on an AMD EPYC, MKL there is 10-15x slower); we pin oneDNN unless the user chose."""
+
+
+def choose_cpu_backend(
+    environ: MutableMapping[str, str] = os.environ, loaded: Container[str] = sys.modules
+) -> str:
+    """Pin CTranslate2 to oneDNN on every CPU unless ``CT2_USE_MKL`` is set; return the
+    backend's name. Has no effect once ctranslate2 is loaded, so it runs at import, and
+    says so when it is too late."""
+    if "ctranslate2" in loaded and CT2_BACKEND_ENV not in environ:
+        logger.warning(
+            "ctranslate2 was loaded before agent.local.recognizer, so its CPU backend "
+            "depends on the CPU; set %s=0 in the environment for the same results everywhere",
+            CT2_BACKEND_ENV,
+        )
+        return "the CPU's default"
+    environ.setdefault(CT2_BACKEND_ENV, "0")
+    mkl = environ[CT2_BACKEND_ENV].strip().lower() in {"1", "true"}  # as CTranslate2 reads it
+    return "Intel MKL" if mkl else "oneDNN"
+
+
+CPU_BACKEND = choose_cpu_backend()
 
 
 class Recognizer(Protocol):
@@ -59,7 +90,8 @@ class WhisperRecognizer:
         if audio.size == 0 or float(np.max(np.abs(audio))) < 1e-4:
             return ""  # digital silence: whisper would only hallucinate
         text = self._short.transcribe(audio)
-        return self._full_window(audio) if text is None else text
+        text = self._full_window(audio) if text is None else text
+        return "" if is_no_speech(text) else text
 
     def _full_window(self, audio: np.ndarray) -> str:
         """faster-whisper's own path: a 30 s window, with its temperature fallback."""
@@ -74,6 +106,32 @@ class WhisperRecognizer:
         return "".join(segment.text for segment in segments).strip()
 
 
+FILLERS = frozenset({"uh", "um", "umm", "uhm", "hm", "hmm", "mm", "mmm", "er", "erm"})
+"""Hesitations whisper writes out for a breath, a click or line noise. Not words that answer
+something: "you" (whisper's favourite guess on noise, but also a reply), "no", "uh-huh"."""
+
+_WORD = re.compile(r"\w[\w'-]*")
+
+
+def is_no_speech(text: str) -> bool:
+    """Whether a hypothesis holds no word: only punctuation, or only fillers. A turn with no
+    words must reach the client as "" so it answers nothing, not "." or "Um."."""
+    return all(token.lower() in FILLERS for token in _WORD.findall(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """One greedy decode and the numbers faster-whisper judges a decode by."""
+
+    text: str
+    avg_logprob: float
+    no_speech_prob: float
+
+    @property
+    def compression_ratio(self) -> float:
+        return _compression_ratio(self.text)
+
+
 class _ShortWindowDecoder:
     """Greedy decoding on an encoder window sized to the audio instead of Whisper's 30 s.
 
@@ -84,12 +142,20 @@ class _ShortWindowDecoder:
     audio (measured on the speech tests: word error 0.033 against the full window's 0.034).
     A hypothesis that looks wrong by faster-whisper's own tests (gzip compression ratio,
     average log-probability) returns ``None``, and the caller decodes it the full way.
+
+    The window is padded with silence in the audio, as Whisper was trained, not with zero
+    features as faster-whisper pads: zero log-mel features are far louder than silence, and
+    with them the text depended on how much quiet followed the last word (8 kHz espeak "turn
+    on the lights in the kitchen" came back as "turn on the life in my kitchen" once 0.1 s of
+    the 0.4 s of quiet after it was cut). Padded with silence, every cut after the speech
+    decodes the same, on oneDNN and on MKL (``bench/results/recognizer_backends.md``).
     """
 
     MIN_WINDOW_FRAMES = 1000  # 10 s at Whisper's 100 frames per second
     MAX_WINDOW_FRAMES = 3000
     COMPRESSION_RATIO_THRESHOLD = 2.4  # faster-whisper's defaults
     LOG_PROB_THRESHOLD = -1.0
+    NO_SPEECH_THRESHOLD = 0.6
 
     def __init__(self, model: Any) -> None:
         import ctranslate2
@@ -98,6 +164,7 @@ class _ShortWindowDecoder:
 
         self._ct2 = ctranslate2
         self._model = model
+        self._hop = model.feature_extractor.hop_length
         self._tokenizer = Tokenizer(
             model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en"
         )
@@ -105,38 +172,53 @@ class _ShortWindowDecoder:
         self._suppress = list(get_suppressed_tokens(self._tokenizer, [-1]))
 
     def transcribe(self, audio: np.ndarray) -> str | None:
-        features = self._model.feature_extractor(audio)[:, :-1]
-        frames = features.shape[-1]
+        """The text, or ``None`` when the full window should decide."""
+        hypothesis = self.decode(audio)
+        if hypothesis is None:
+            return None
+        if is_no_speech(hypothesis.text) and hypothesis.no_speech_prob > self.NO_SPEECH_THRESHOLD:
+            return ""  # no word, and the model says no speech: a full decode would agree
+        return hypothesis.text if self.trusted(hypothesis) else None
+
+    def decode(self, audio: np.ndarray) -> Hypothesis | None:
+        """Greedy decode on the short window; ``None`` if the audio doesn't fit in 30 s."""
+        frames = audio.size // self._hop
         if frames > self.MAX_WINDOW_FRAMES:
             return None
         window = min(self.MAX_WINDOW_FRAMES, max(self.MIN_WINDOW_FRAMES, 3 * frames))
-        padded = np.zeros((1, features.shape[0], window), dtype=np.float32)
-        padded[0, :, :frames] = features  # zero features past the audio, as faster-whisper pads
-        encoded = self._model.model.encode(self._ct2.StorageView.from_array(padded), to_cpu=False)
-        seconds = audio.size / 16_000
+        padded = np.zeros(window * self._hop, dtype=np.float32)
+        padded[: audio.size] = audio
+        features = self._model.feature_extractor(padded)[np.newaxis, :, :window]
+        encoded = self._model.model.encode(
+            self._ct2.StorageView.from_array(np.ascontiguousarray(features, dtype=np.float32)),
+            to_cpu=False,
+        )
         result = self._model.model.generate(
             encoded,
             [self._prompt],
             beam_size=1,
-            max_length=len(self._prompt) + int(16 + 8 * seconds),
+            max_length=len(self._prompt) + int(16 + 8 * audio.size / 16_000),
             return_scores=True,
+            return_no_speech_prob=True,
             suppress_blank=True,
             suppress_tokens=self._suppress,
         )[0]
         tokens = [t for t in result.sequences_ids[0] if t < self._tokenizer.eot]
         # generate() length-normalises the score; faster-whisper's average is over len + 1
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        # Doubtful (faster-whisper would retry at a higher temperature, or drop it as silence
-        # when no_speech_prob is high too): the full path decides. Short windows hallucinate
-        # more on audio that starts mid-word, so this is not rare enough to guess "".
         text = self._tokenizer.decode(tokens).strip()
-        if (
-            avg_logprob < self.LOG_PROB_THRESHOLD
-            or _compression_ratio(text) > self.COMPRESSION_RATIO_THRESHOLD
-            or _repeats(text)
-        ):
-            return None
-        return text
+        return Hypothesis(text, avg_logprob, result.no_speech_prob)
+
+    def trusted(self, hypothesis: Hypothesis) -> bool:
+        """Whether to keep a hypothesis without a full decode. A doubtful one (faster-whisper
+        would retry at a higher temperature, or drop it as silence when ``no_speech_prob`` is
+        high too) goes to the full path: short windows hallucinate more on audio that starts
+        mid-word, so doubt is not rare enough to guess ""."""
+        return not (
+            hypothesis.avg_logprob < self.LOG_PROB_THRESHOLD
+            or hypothesis.compression_ratio > self.COMPRESSION_RATIO_THRESHOLD
+            or _repeats(hypothesis.text)
+        )
 
 
 def _compression_ratio(text: str) -> float:

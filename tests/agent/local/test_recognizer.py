@@ -3,13 +3,26 @@ Whisper's 30 s, with faster-whisper's full path as the fallback for a doubtful h
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from agent.local import recognizer as recognizer_module
-from agent.local.recognizer import WhisperRecognizer, pcm16_to_float
+from agent.local.recognizer import (
+    CT2_BACKEND_ENV,
+    Hypothesis,
+    WhisperRecognizer,
+    choose_cpu_backend,
+    is_no_speech,
+    pcm16_to_float,
+)
+from agent.stt.audio import resample
 from tests.conftest import requires_espeak
 from tests.fakes.speech import SENTENCES, speech_at, word_error_rate
 
@@ -68,3 +81,118 @@ def test_silence_is_no_text(whisper: WhisperRecognizer) -> None:
 )
 def test_a_hypothesis_stuck_in_a_loop_is_recognised(text: str, looping: bool) -> None:
     assert recognizer_module._repeats(text) is looping
+
+
+@requires_espeak
+def test_the_text_does_not_depend_on_how_much_quiet_followed_the_speech(
+    whisper: WhisperRecognizer,
+) -> None:
+    """The server decodes a turn up to wherever its last partial reached, so the same speech
+    arrives with more or less quiet after it. With the window padded by zero features
+    (faster-whisper's way) telephone-band espeak came back as "turn on the life in my
+    kitchen" once 0.1 s of its 0.4 s of trailing quiet was cut."""
+    sentence = "turn on the lights in the kitchen"
+    audio = pcm16_to_float(resample(speech_at(sentence, 8_000), 8_000, RATE))
+    texts = {whisper.transcribe(audio[: audio.size - cut * RATE // 10]) for cut in range(4)}
+    assert len(texts) == 1, texts
+    assert word_error_rate(sentence, texts.pop()) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "empty"),
+    [
+        ("", True),
+        (".", True),
+        ("...", True),
+        (" - ", True),
+        ("Uh.", True),
+        ("Um, uh...", True),
+        ("Hmm?", True),
+        ("You", False),  # whisper's guess on noise, but also a reply ("Who's next?" "You.")
+        ("you.", False),
+        ("Uh-huh.", False),  # a yes
+        ("Uh, yes.", False),
+        ("No.", False),
+        ("2.", False),
+    ],
+)
+def test_a_hypothesis_of_only_punctuation_or_fillers_is_no_speech(text: str, empty: bool) -> None:
+    assert is_no_speech(text) is empty
+
+
+@pytest.mark.parametrize(("short", "full"), [("Um.", "unused"), (None, "..."), (None, "Hmm.")])
+def test_the_recognizer_answers_nothing_when_no_word_was_heard(
+    whisper: WhisperRecognizer,
+    monkeypatch: pytest.MonkeyPatch,
+    short: str | None,
+    full: str,
+) -> None:
+    monkeypatch.setattr(whisper._short, "transcribe", lambda audio: short)
+    monkeypatch.setattr(whisper, "_full_window", lambda audio: full)
+    assert whisper.transcribe(np.full(RATE, 0.01, np.float32)) == ""
+
+
+def test_a_word_alone_is_still_an_answer(
+    whisper: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(whisper._short, "transcribe", lambda audio: "You.")
+    assert whisper.transcribe(np.full(RATE, 0.01, np.float32)) == "You."
+
+
+@pytest.mark.parametrize(
+    ("hypothesis", "answer"),
+    [
+        (Hypothesis(".", avg_logprob=-1.06, no_speech_prob=0.98), ""),  # noise: no full decode
+        (Hypothesis(". . . . . . . .", avg_logprob=-0.15, no_speech_prob=0.98), ""),
+        (Hypothesis(".", avg_logprob=-1.06, no_speech_prob=0.3), None),  # speech? full decides
+        (Hypothesis("You", avg_logprob=-1.8, no_speech_prob=0.96), None),
+        (Hypothesis("Non-velight", avg_logprob=-2.0, no_speech_prob=0.62), None),
+        (
+            Hypothesis("Turn on the light.", avg_logprob=-0.45, no_speech_prob=0.1),
+            "Turn on the light.",
+        ),
+    ],
+)
+def test_the_short_window_answers_no_speech_only_when_the_model_agrees(
+    whisper: WhisperRecognizer,
+    monkeypatch: pytest.MonkeyPatch,
+    hypothesis: Hypothesis,
+    answer: str | None,
+) -> None:
+    """Whisper's own silence rule needs the no-speech probability as well as a doubtful
+    score; a hypothesis with no word and a high no-speech probability needs no second decode."""
+    monkeypatch.setattr(whisper._short, "decode", lambda audio: hypothesis)
+    assert whisper._short.transcribe(np.zeros(RATE, np.float32)) == answer
+
+
+def test_ctranslate2_is_pinned_to_onednn_unless_the_user_chose() -> None:
+    environ: dict[str, str] = {}
+    assert choose_cpu_backend(environ, loaded=set()) == "oneDNN"
+    assert environ == {CT2_BACKEND_ENV: "0"}
+    chosen = {CT2_BACKEND_ENV: "1"}
+    assert choose_cpu_backend(chosen, loaded=set()) == "Intel MKL"
+    assert chosen == {CT2_BACKEND_ENV: "1"}
+
+
+def test_a_backend_chosen_too_late_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    environ: dict[str, str] = {}
+    with caplog.at_level(logging.WARNING, logger="agent.local.recognizer"):
+        assert choose_cpu_backend(environ, loaded={"ctranslate2"}) == "the CPU's default"
+    assert environ == {}
+    assert f"set {CT2_BACKEND_ENV}=0" in caplog.text
+
+
+@pytest.mark.parametrize(("setting", "mkl"), [(None, "false"), ("1", "true"), ("0", "false")])
+def test_the_loaded_model_runs_on_the_chosen_backend(setting: str | None, mkl: str) -> None:
+    """What CTranslate2 itself reports when the recognizer loads in a fresh process."""
+    pytest.importorskip("faster_whisper", reason="the offline recognizer needs faster-whisper")
+    env = {k: v for k, v in os.environ.items() if k != CT2_BACKEND_ENV}
+    env |= {"CT2_VERBOSE": "1"} | ({CT2_BACKEND_ENV: setting} if setting else {})
+    root = Path(__file__).resolve().parents[3]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    code = "from agent.local.recognizer import WhisperRecognizer; WhisperRecognizer(cpu_threads=1)"
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"Use Intel MKL: {mkl}" in run.stderr, run.stderr
