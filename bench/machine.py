@@ -23,26 +23,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _cpu_vendor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def ctranslate2_backend(environ: dict[str, str] | None = None) -> str:
-    """The int8 GEMM backend CTranslate2 uses in a process with this environment: what
-    ``CT2_USE_MKL`` forces, else MKL on a genuine Intel CPU and oneDNN on any other."""
+    """The int8 GEMM backend the offline recognizer runs on with this environment: what
+    ``CT2_USE_MKL`` says, else oneDNN, which ``agent.local.recognizer`` pins on every CPU."""
     env = os.environ if environ is None else environ
     forced = env.get("CT2_USE_MKL")
-    if forced is not None:
-        return f"{'MKL' if forced == '1' else 'oneDNN'} (CT2_USE_MKL={forced})"
-    if _cpu_vendor() == "GenuineIntel":
-        return "MKL (an Intel CPU, CT2_USE_MKL unset)"
-    return "oneDNN (not an Intel CPU, CT2_USE_MKL unset)"
+    if forced is None:
+        return "oneDNN (the recognizer's default)"
+    mkl = forced.strip().lower() in {"1", "true"}
+    return f"{'Intel MKL' if mkl else 'oneDNN'} (CT2_USE_MKL={forced})"
 
 
 def describe(environ: dict[str, str] | None = None) -> str:

@@ -45,6 +45,7 @@ def run_pytest(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[st
         env["CI"] = ci
     command = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"]
     command += ["-p", "tests.conftest", "-c", os.devnull, "--rootdir", str(tmp_path)]
+    command += ["-W", "ignore::DeprecationWarning"]  # as pyproject.toml has it: Pipecat's
     return subprocess.run(
         [*command, str(tmp_path / "test_cases.py")],
         cwd=tmp_path,

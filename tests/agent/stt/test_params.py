@@ -11,7 +11,7 @@ from agent.stt import RealtimeSTTParams
 
 def test_the_defaults_are_valid_and_frozen() -> None:
     params = RealtimeSTTParams()
-    assert params.preroll_s == 0.4 and params.chunk_ms == 20
+    assert params.preroll_s == 0.8 and params.chunk_ms == 20
     with pytest.raises(dataclasses.FrozenInstanceError):
         params.chunk_ms = 40  # type: ignore[misc]
 
