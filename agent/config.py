@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import re
 import tomllib
@@ -191,6 +192,12 @@ class ServerSettings(_Section):
         description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
     )
     start_local_services: bool = True
+    trusted_proxies: list[str] = Field(
+        default_factory=lambda: [],
+        description="Addresses or networks (CIDR) of the reverse proxies in front: only from "
+        "them is X-Forwarded-For believed, so per-source limits see the real client. "
+        "Unset, the peer's address is the source.",
+    )
     header_timeout_s: float = Field(
         default=10.0,
         gt=0,
@@ -210,6 +217,19 @@ class ServerSettings(_Section):
         "(a token bucket; over it: 429).",
     )
     request_burst_per_source: int = Field(default=20, ge=1)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or network (e.g. 10.0.0.0/8, 127.0.0.1)"
+                ) from None
+        return [entry.strip() for entry in value]
+
     drain_timeout_s: float = Field(
         default=120.0,
         ge=0,

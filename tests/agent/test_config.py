@@ -149,3 +149,12 @@ def test_a_transfer_needs_destinations_that_are_numbers_or_sip_uris() -> None:
         overrides={"transfer": {"enabled": True, "destinations": ["+15550100", "sip:a@b.c"]}}
     )
     assert not settings.twilio.rest_enabled  # and so the tool will not be offered
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    server = load_settings(
+        "default", overrides={"server": {"trusted_proxies": ["10.0.0.0/8", "127.0.0.1"]}}
+    ).server
+    assert server.trusted_proxies == ["10.0.0.0/8", "127.0.0.1"]
+    with pytest.raises(ConfigError, match=r"server\.trusted_proxies.*ingress-nginx"):
+        load_settings("default", overrides={"server": {"trusted_proxies": ["ingress-nginx"]}})
