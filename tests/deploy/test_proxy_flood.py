@@ -186,3 +186,36 @@ async def test_a_stranger_flooding_the_webhook_gets_no_real_call_refused(front: 
     assert len(from_twilio) >= 10 and len(from_strangers_address) >= 10
     assert not refused, f"signed webhooks refused: {Counter(refused)}"
     assert starts and all(s == 200 for s in starts), f"/start refused: {Counter(starts)}"
+
+
+def test_a_client_that_is_not_a_trusted_proxy_cannot_choose_its_address(
+    tmp_path: Path,
+) -> None:
+    """``X-Forwarded-For`` is believed from ``server.trusted_proxies`` only: a client that
+    connects directly and names a new address in each request still has one bucket (uvicorn
+    on its own would believe any loopback peer)."""
+    port = free_port()
+    env = {
+        "VOICE_AGENT_SERVER__HOST": "127.0.0.1",
+        "VOICE_AGENT_SERVER__PORT": str(port),
+        "VOICE_AGENT_SERVER__START_LOCAL_SERVICES": "false",
+        "VOICE_AGENT_SERVER__TRUSTED_PROXIES": f'["{PROXY}"]',
+        "VOICE_AGENT_SERVER__REQUESTS_PER_SOURCE_PER_S": "1",
+        "VOICE_AGENT_SERVER__REQUEST_BURST_PER_SOURCE": "5",
+    }
+    serve = Serve(tmp_path, "--port", str(port), env=env)
+    serve.port = port
+    try:
+        serve.wait_healthy()
+        with httpx.Client() as http:  # from 127.0.0.1, which uvicorn alone would believe
+            statuses = [
+                http.post(
+                    f"http://127.0.0.1:{port}/start",
+                    json={},
+                    headers={"X-Forwarded-For": f"198.51.100.{n}"},
+                ).status_code
+                for n in range(20)
+            ]
+    finally:
+        serve.kill()
+    assert statuses[:5] == [200] * 5 and statuses.count(429) >= 13, statuses
