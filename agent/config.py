@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import re
 import tomllib
@@ -119,16 +120,54 @@ class TTSSettings(_Section):
 
 
 class IceServerSettings(_Section):
-    """A STUN or TURN server for WebRTC calls across networks (TURN needs credentials)."""
+    """A STUN or TURN server for WebRTC calls across networks.
+
+    ``POST /start`` is public, so whatever credentials it hands out, anyone gets: a TURN server
+    takes time-limited ones made from ``shared_secret`` (coturn's ``use-auth-secret``), and a
+    static password is handed out only when ``static_credentials`` says so.
+    """
 
     urls: str | list[str]
     username: str | None = None
     credential: str | None = None
+    shared_secret: str | None = Field(
+        default=None,
+        description="The TURN server's static-auth-secret (coturn use-auth-secret): each "
+        "session gets username '<expiry>:<session id>' and an HMAC-SHA1 password that "
+        "expires after credential_ttl_s.",
+    )
+    credential_ttl_s: float = Field(
+        default=3600.0,
+        ge=60,
+        le=7 * 86400,
+        description="How long time-limited TURN credentials are valid: longer than a call, "
+        "since the TURN server checks them on each allocation refresh.",
+    )
+    static_credentials: bool = Field(
+        default=False,
+        description="Hand username and credential, as they are, to every caller of POST "
+        "/start (anyone can then use the TURN server for as long as they are valid).",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _from_url(cls, value: Any) -> Any:
         return {"urls": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _credentials_are_not_given_away(self) -> IceServerSettings:
+        if self.shared_secret and (self.username or self.credential):
+            raise ValueError(
+                f"ice server {self.urls!r}: set shared_secret or username/credential, not both"
+            )
+        if self.credential and not self.static_credentials:
+            raise ValueError(
+                f"ice server {self.urls!r}: credential is a static TURN password that POST "
+                "/start would hand to anyone; set shared_secret (the TURN server's "
+                "static-auth-secret, coturn use-auth-secret) for time-limited credentials, or "
+                "static_credentials = true to hand this one out anyway"
+            )
+        return self
 
 
 class TurnSettings(_Section):
@@ -191,6 +230,12 @@ class ServerSettings(_Section):
         description='STUN/TURN servers: "stun:host:3478" or {urls, username, credential}.',
     )
     start_local_services: bool = True
+    trusted_proxies: list[str] = Field(
+        default_factory=lambda: [],
+        description="Addresses or networks (CIDR) of the reverse proxies in front: only from "
+        "them is X-Forwarded-For believed, so per-source limits see the real client. "
+        "Unset, the peer's address is the source.",
+    )
     header_timeout_s: float = Field(
         default=10.0,
         gt=0,
@@ -210,6 +255,19 @@ class ServerSettings(_Section):
         "(a token bucket; over it: 429).",
     )
     request_burst_per_source: int = Field(default=20, ge=1)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{entry!r} is not an IP address or network (e.g. 10.0.0.0/8, 127.0.0.1)"
+                ) from None
+        return [entry.strip() for entry in value]
+
     drain_timeout_s: float = Field(
         default=120.0,
         ge=0,

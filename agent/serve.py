@@ -269,6 +269,9 @@ async def _run_server(settings: Settings, supervisor: Supervisor) -> int:
         host=limits.host,
         port=limits.port,
         ws_max_size=MAX_WEBSOCKET_MESSAGE_BYTES,
+        # uvicorn would believe X-Forwarded-For from 127.0.0.1 (or $FORWARDED_ALLOW_IPS) on its
+        # own; the app does it for server.trusted_proxies only (agent.server.create_app).
+        proxy_headers=False,
         http=guarded_http_protocol(
             header_timeout_s=limits.header_timeout_s, max_connections=limits.max_connections
         ),

@@ -48,6 +48,7 @@ from loguru import logger
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
@@ -138,6 +139,10 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
                 tracing.shutdown()
 
     app = FastAPI(title="voice-agent", lifespan=lifespan)
+    if settings.server.trusted_proxies:
+        # Here, not in uvicorn's config: whoever serves the app (voice-agent serve, a test,
+        # another ASGI server) believes X-Forwarded-For from these peers and no others.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.server.trusted_proxies)
     app.state.settings = settings
     app.state.registry = registry
     app.state.metrics = metrics

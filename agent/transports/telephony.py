@@ -11,7 +11,10 @@ the serializer never resamples, and to leave out RTVI, which a phone does not sp
 
 Security: with ``twilio.auth_token`` set, the webhook checks ``X-Twilio-Signature`` (403 and
 nothing started when missing or wrong) and hands Twilio a per-call token as a ``<Parameter>``;
-the WebSocket accepts only a ``start`` carrying the token for its CallSid.
+the WebSocket accepts only a ``start`` carrying the token for its CallSid. The signature is
+checked before the per-source limit, and only requests without a valid one count against it:
+behind a proxy, strangers flooding the webhook from "the same address" as the carrier cannot
+get the carrier's calls refused (429).
 
 Call control (Twilio, with ``twilio.account_sid`` and ``twilio.auth_token``): a call's
 transport carries a :class:`~agent.transports.call_control.TwilioCallControl`, so the model's
@@ -76,6 +79,10 @@ MIN_AWAITING_START = 20
 """Sockets that may wait for their ``start`` at once: ``server.max_calls``, at least this."""
 
 WHISPER_PATH = "/telephony/twilio/whisper"
+
+MAX_WEBHOOK_BYTES = 64 * 1024
+"""A carrier's webhook is a form of a few hundred bytes; a larger declared body is refused
+before it is read (its signature is checked before any limit)."""
 
 BUSY_CLOSE_CODE = 1013  # "try again later"
 GOING_AWAY_CLOSE_CODE = 1001  # the server is draining
@@ -166,6 +173,12 @@ def websocket_url(base_url: str, path: str) -> str:
     return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{path}"
 
 
+def _declared_length(request: Request) -> int:
+    """The request's Content-Length (0 when absent or not a number)."""
+    value = request.headers.get("content-length", "0")
+    return int(value) if value.isdigit() else 0
+
+
 # ---------------------------------------------------------------------------- providers
 
 
@@ -183,13 +196,36 @@ class StreamStart:
     """Carrier facts for ``Call.attributes`` (call SID, codec, numbers …)."""
 
 
+@dataclass(frozen=True)
+class WebhookCheck:
+    """What the carrier's signature says about a webhook request."""
+
+    signed: bool
+    """The signature holds: the carrier sent it, and it skips the per-source limit."""
+    refusal: Response | None = None
+    """The 403 for a missing or wrong signature; ``None`` when signed or when no key is set
+    to check one with (then the request is neither trusted nor refused)."""
+    reason: str = ""
+    """Why it was refused, for the log line (written only when the 403 is sent: a flood
+    that is answered 429 does not flood the log too)."""
+
+
+UNCHECKED = WebhookCheck(signed=False)
+
+
 class TelephonyProvider(Protocol):
     """One carrier's media streams: its webhook answer, its ``start``, its serializer."""
 
     name: str
     ws_path: str
 
-    async def answer_webhook(self, request: Request, *, busy: bool) -> Response: ...
+    async def verify_webhook(self, request: Request) -> WebhookCheck:
+        """The webhook's signature, checked (cheap: one HMAC or Ed25519 verification)."""
+        ...
+
+    async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
+        """The answer to a webhook :meth:`verify_webhook` did not refuse."""
+        ...
 
     def parse_start(self, message: dict[str, Any]) -> StreamStart | None:
         """The call's identity from a ``start`` message; ``None`` for messages before it."""
@@ -249,21 +285,32 @@ class TwilioProvider:
             self._tokens = twilio_stream_tokens(self._auth_token or "")
         return self._tokens
 
+    async def verify_webhook(self, request: Request) -> WebhookCheck:
+        token = self._auth_token
+        if not token:
+            return UNCHECKED
+        body = (await request.body()).decode("utf-8", errors="replace")
+        form = dict(parse_qsl(body, keep_blank_values=True))
+        signed_url = self._signed_url(request)
+        if valid_twilio_signature(
+            signed_url, form, token, request.headers.get("x-twilio-signature")
+        ):
+            return WebhookCheck(signed=True)
+        return WebhookCheck(
+            signed=False,
+            refusal=Response(
+                "invalid or missing X-Twilio-Signature (check twilio.auth_token and "
+                "server.public_url: the signature covers the exact public URL)\n",
+                status_code=403,
+                media_type="text/plain",
+            ),
+            reason=f"Twilio request refused: bad or missing signature for {signed_url}",
+        )
+
     async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
         body = (await request.body()).decode("utf-8", errors="replace")
         form = dict(parse_qsl(body, keep_blank_values=True))
         token = self._auth_token
-        if token:
-            signed_url = self._signed_url(request)
-            signature = request.headers.get("x-twilio-signature")
-            if not valid_twilio_signature(signed_url, form, token, signature):
-                logger.warning(f"Twilio webhook refused: bad or missing signature for {signed_url}")
-                return Response(
-                    "invalid or missing X-Twilio-Signature (check twilio.auth_token and "
-                    "server.public_url: the signature covers the exact public URL)\n",
-                    status_code=403,
-                    media_type="text/plain",
-                )
         if busy:
             return Response(twiml_reject_busy(), media_type="application/xml")
         url = websocket_url(public_base_url(request, self._settings), self.ws_path)
@@ -291,23 +338,10 @@ class TwilioProvider:
 
     async def check_signature(self, request: Request) -> Response | None:
         """A 403 for a request Twilio did not sign (``twilio.auth_token`` set), else ``None``."""
-        token = self._auth_token
-        if not token:
-            return None
-        body = (await request.body()).decode("utf-8", errors="replace")
-        form = dict(parse_qsl(body, keep_blank_values=True))
-        signed_url = self._signed_url(request)
-        if valid_twilio_signature(
-            signed_url, form, token, request.headers.get("x-twilio-signature")
-        ):
-            return None
-        logger.warning(f"Twilio request refused: bad or missing signature for {signed_url}")
-        return Response(
-            "invalid or missing X-Twilio-Signature (check twilio.auth_token and "
-            "server.public_url: the signature covers the exact public URL)\n",
-            status_code=403,
-            media_type="text/plain",
-        )
+        check = await self.verify_webhook(request)
+        if check.refusal is not None:
+            logger.warning(check.reason)
+        return check.refusal
 
     def _signed_url(self, request: Request) -> str:
         if not self._settings.server.public_url:
@@ -427,15 +461,22 @@ class TelephonyCalls:
 
     def _add_routes(self, provider: TelephonyProvider) -> None:
         async def webhook(request: Request) -> Response:
-            source = request.client.host if request.client else "unknown"
-            if not self._limiter.allow(source):
-                self._count_bad_input(f"{provider.name}_webhook", "rate limited")
-                return Response(
-                    "too many webhook requests from this address; slow down\n",
-                    status_code=429,
-                    media_type="text/plain",
-                    headers={"Retry-After": str(self._limiter.retry_after_s)},
-                )
+            if _declared_length(request) > MAX_WEBHOOK_BYTES:
+                return Response("webhook body too large\n", 413, media_type="text/plain")
+            check = await provider.verify_webhook(request)
+            if not check.signed:  # unsigned traffic shares the source's bucket; the carrier's not
+                source = request.client.host if request.client else "unknown"
+                if not self._limiter.allow(source):
+                    self._count_bad_input(f"{provider.name}_webhook", "rate limited")
+                    return Response(
+                        "too many webhook requests from this address; slow down\n",
+                        status_code=429,
+                        media_type="text/plain",
+                        headers={"Retry-After": str(self._limiter.retry_after_s)},
+                    )
+                if check.refusal is not None:
+                    logger.warning(check.reason)
+                    return check.refusal
             return await provider.answer_webhook(request, busy=not self._registry.has_capacity)
 
         async def media(websocket: WebSocket) -> None:

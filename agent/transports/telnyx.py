@@ -15,10 +15,11 @@ message's ``media_format.encoding`` says. Anything but 8 kHz mono PCMU/PCMA is r
 Security: Telnyx signs each webhook with Ed25519 (``telnyx-signature-ed25519`` over
 ``telnyx-timestamp|raw body``, developers.telnyx.com/docs/development/api-fundamentals/webhooks);
 the webhook checks it against ``telnyx.public_key`` and refuses a missing, wrong or stale one
-with 403 before anything starts. The stream must come from a call whose webhook was signed:
-rather than rely on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a
-token the webhook signs with ``telnyx.stream_secret``, valid for a minute and for one stream
-only (:mod:`agent.transports.stream_tokens`).
+with 403 before anything starts (only those, and replays of a signed one, count against the
+per-source limit). The stream must come from a call whose webhook was signed: rather than rely
+on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a token the webhook
+signs with ``telnyx.stream_secret``, valid for a minute and for one stream only
+(:mod:`agent.transports.stream_tokens`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import Request
 from fastapi.responses import Response
-from loguru import logger
 from pipecat.serializers.base_serializer import FrameSerializer
 
 from agent.config import Settings
@@ -48,6 +48,7 @@ from agent.transports.telephony import (
     INPUT_FRAME_MS,
     TELEPHONY_SAMPLE_RATE,
     StreamStart,
+    WebhookCheck,
     public_base_url,
     twiml_reject_busy,
     websocket_url,
@@ -135,26 +136,27 @@ class TelnyxProvider:
         )
         self._answered: dict[str, float] = {}  # signatures answered -> when they go stale
 
-    async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
+    async def verify_webhook(self, request: Request) -> WebhookCheck:
         body = await request.body()
         problem = signature_problem(
             self._public_key, body, request.headers, now=time.time(), tolerance_s=self._tolerance_s
         )
-        if problem is not None:
-            logger.warning(f"Telnyx webhook refused: {problem}")
-            return Response(
+        if problem is None and not self._replayed(request.headers[SIGNATURE_HEADER]):
+            return WebhookCheck(signed=True)
+        if problem is None:
+            problem = "this signed webhook was answered already (a replay)"
+        return WebhookCheck(
+            signed=False,
+            refusal=Response(
                 f"Telnyx webhook refused: {problem} (telnyx.public_key must be the account's "
                 "public key from Mission Control, and this server's clock must be right)\n",
                 status_code=403,
                 media_type="text/plain",
-            )
-        if self._replayed(request.headers[SIGNATURE_HEADER]):
-            logger.warning("Telnyx webhook refused: a signed webhook answered before, replayed")
-            return Response(
-                "Telnyx webhook refused: this signed webhook was answered already (a replay)\n",
-                status_code=403,
-                media_type="text/plain",
-            )
+            ),
+            reason=f"Telnyx webhook refused: {problem}",
+        )
+
+    async def answer_webhook(self, request: Request, *, busy: bool) -> Response:
         if busy:
             return Response(twiml_reject_busy(), media_type="application/xml")
         url = websocket_url(public_base_url(request, self._settings), self.ws_path)

@@ -7,7 +7,9 @@ Routes (any WebRTC client, plus the ones Pipecat's prebuilt client calls):
 - ``PATCH /api/offer`` ``{"pc_id", "candidates": [{"candidate", "sdp_mid", "sdp_mline_index"}]}``
   trickles ICE candidates.
 - ``POST /start`` → ``{"sessionId", "iceConfig"?}``; then ``POST|PATCH
-  /sessions/{sessionId}/api/offer`` behave like the two routes above.
+  /sessions/{sessionId}/api/offer`` behave like the two routes above. ``iceConfig`` is
+  ``server.ice_servers`` with TURN credentials made for this session that expire
+  (:mod:`agent.transports.turn_credentials`); a static password only when configured so.
 
 Over the call limit, offers and ``/start`` answer 503 with ``{"error": ...}`` before any peer
 connection is made. A call ends when its pipeline ends, the peer closes, or the peer goes
@@ -39,6 +41,7 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.rate_limit import PerSourceLimiter
+from agent.transports.turn_credentials import ice_servers_for
 from agent.worker import CallTaskFactory, run_call_pipeline
 
 SESSION_TTL_S = 300.0
@@ -65,11 +68,7 @@ class WebRTCCalls:
         self._task_factory = task_factory
         self._connect_timeout_s = connect_timeout_s
         self._keepalive_timeout_s = keepalive_timeout_s
-        self._ice_servers = [
-            IceServer(urls=ice.urls, username=ice.username, credential=ice.credential)
-            for ice in settings.server.ice_servers
-        ]
-        self._handler = SmallWebRTCRequestHandler(ice_servers=self._ice_servers or None)
+        self._handler = SmallWebRTCRequestHandler()
         self._calls_by_pc: dict[str, Call] = {}
         self._sessions: dict[str, float] = {}  # /start session id → created (monotonic)
         self._limiter = PerSourceLimiter(
@@ -118,12 +117,11 @@ class WebRTCCalls:
         session_id = str(uuid.uuid4())
         self._sessions[session_id] = time.monotonic()
         result: dict[str, Any] = {"sessionId": session_id}
-        if self._settings.server.ice_servers:
-            result["iceConfig"] = {
-                "iceServers": [
-                    ice.model_dump(exclude_none=True) for ice in self._settings.server.ice_servers
-                ]
-            }
+        if self._settings.server.ice_servers:  # public: time-limited credentials only
+            servers = ice_servers_for(
+                self._settings.server.ice_servers, session_id, now=time.time()
+            )
+            result["iceConfig"] = {"iceServers": servers}
         return result
 
     async def _post_session_offer(self, session_id: str, request: Request) -> Any:
@@ -165,6 +163,16 @@ class WebRTCCalls:
         async def keep(connection: SmallWebRTCConnection) -> None:
             connections.append(connection)
 
+        # this call's own peer connection gets TURN credentials of its own, fresh ones
+        self._handler.update_ice_servers(
+            [
+                IceServer(**server)
+                for server in ice_servers_for(
+                    self._settings.server.ice_servers, call.id, now=time.time()
+                )
+            ]
+            or None
+        )
         try:
             answer = await self._handler.handle_web_request(request, keep)
         except Exception as exc:

@@ -117,14 +117,31 @@ def test_ice_servers_take_plain_urls_or_turn_credentials() -> None:
             "server": {
                 "ice_servers": [
                     "stun:stun.example.org:3478",
-                    {"urls": "turn:t.example.org", "username": "u", "credential": "p"},
+                    {"urls": "turn:t.example.org", "shared_secret": "s"},
+                    {
+                        "urls": "turn:t2.example.org",
+                        "username": "u",
+                        "credential": "p",
+                        "static_credentials": True,
+                    },
                 ]
             }
         }
     )
-    stun, turn = settings.server.ice_servers
+    stun, turn, static = settings.server.ice_servers
     assert stun.urls == "stun:stun.example.org:3478" and stun.username is None
-    assert (turn.username, turn.credential) == ("u", "p")
+    assert turn.shared_secret == "s" and turn.credential_ttl_s == 3600
+    assert (static.username, static.credential) == ("u", "p")
+
+
+def test_a_static_turn_password_is_refused_unless_explicitly_handed_out() -> None:
+    """POST /start is public: a static password in it is anyone's; the error says what to do."""
+    static = {"urls": "turn:t.example.org", "username": "u", "credential": "p"}
+    with pytest.raises(ConfigError, match=r"server\.ice_servers\.0.*shared_secret.*static_cred"):
+        load_settings(overrides={"server": {"ice_servers": [static]}})
+    both = {"urls": "turn:t.example.org", "shared_secret": "s", "username": "u"}
+    with pytest.raises(ConfigError, match="not both"):
+        load_settings(overrides={"server": {"ice_servers": [both]}})
 
 
 def test_call_records_are_off_unless_a_directory_is_set_and_recording_needs_one(
@@ -149,3 +166,12 @@ def test_a_transfer_needs_destinations_that_are_numbers_or_sip_uris() -> None:
         overrides={"transfer": {"enabled": True, "destinations": ["+15550100", "sip:a@b.c"]}}
     )
     assert not settings.twilio.rest_enabled  # and so the tool will not be offered
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    server = load_settings(
+        "default", overrides={"server": {"trusted_proxies": ["10.0.0.0/8", "127.0.0.1"]}}
+    ).server
+    assert server.trusted_proxies == ["10.0.0.0/8", "127.0.0.1"]
+    with pytest.raises(ConfigError, match=r"server\.trusted_proxies.*ingress-nginx"):
+        load_settings("default", overrides={"server": {"trusted_proxies": ["ingress-nginx"]}})

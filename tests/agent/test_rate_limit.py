@@ -8,7 +8,9 @@ import pytest
 from agent.config import load_settings
 from agent.rate_limit import PerSourceLimiter
 from agent.server import create_app
+from agent.transports.telephony import twilio_signature
 from tests.fakes.telnyx_caller import PUBLIC_KEY as TELNYX_PUBLIC_KEY
+from tests.fakes.twilio_caller import TOKEN as TWILIO_TOKEN
 
 
 def test_a_source_gets_its_burst_then_its_rate_and_others_their_own() -> None:
@@ -54,3 +56,31 @@ async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: o
         statuses = [(await http.request(method, path, json=body)).status_code for _ in range(30)]
     assert statuses.count(429) >= 20  # 5 in the burst, then about one a second
     assert 429 not in statuses[:5]
+
+
+async def test_signed_webhooks_are_answered_from_a_source_the_limit_has_stopped() -> None:
+    """The signature is checked first: unsigned requests drain the source's bucket, Twilio's
+    signed ones (from the same proxy address) are answered all the same."""
+    settings = load_settings(
+        "default",
+        overrides={
+            "server": {
+                "start_local_services": False,
+                "requests_per_source_per_s": 1,
+                "request_burst_per_source": 5,
+            },
+            "twilio": {"auth_token": TWILIO_TOKEN},
+        },
+    )
+    transport = httpx.ASGITransport(create_app(settings))
+    url = "http://t/telephony/twilio"
+    async with httpx.AsyncClient(transport=transport) as http:
+        unsigned = [(await http.post(url, data={"CallSid": "CAx"})).status_code for _ in range(20)]
+        signed = []
+        for n in range(20):
+            form = {"CallSid": f"CA{n}"}
+            signature = twilio_signature(url, form, TWILIO_TOKEN)
+            response = await http.post(url, data=form, headers={"X-Twilio-Signature": signature})
+            signed.append(response.status_code)
+    assert unsigned[:5] == [403] * 5 and unsigned.count(429) >= 14
+    assert signed == [200] * 20

@@ -154,13 +154,19 @@ async def test_bad_webrtc_requests_get_clear_errors_and_start_nothing(
 
 
 async def test_start_returns_a_session_and_the_configured_ice_servers() -> None:
+    """Static TURN credentials only with the explicit option (see test_turn_credentials)."""
     settings = settings_for(
         "ws://127.0.0.1:9/v1/realtime",
         None,
         "http://127.0.0.1:9",
         ice_servers=[
             "stun:stun.example.org:3478",
-            {"urls": "turn:turn.example.org:3478", "username": "u", "credential": "p"},
+            {
+                "urls": "turn:turn.example.org:3478",
+                "username": "u",
+                "credential": "p",
+                "static_credentials": True,
+            },
         ],
     )
     app = create_app(settings, pipeline=_never_called)

@@ -57,9 +57,17 @@ class BalancerFacts:
 
 
 def haproxy_config(
-    facts: BalancerFacts, *, port: int, replicas: dict[str, int], stats_socket: Path
+    facts: BalancerFacts,
+    *,
+    port: int,
+    replicas: dict[str, int],
+    stats_socket: Path,
+    source: str | None = None,
 ) -> str:
     """The config: ``replicas`` maps a server name (also its cookie value) to its port.
+
+    ``source``: the address HAProxy connects to the replicas from (another loopback address
+    stands in for the ingress controller's pod address, which is not the client's).
 
     ``option persist``: a request whose cookie names a replica that left the pool (draining,
     or full) still goes there, so a WebRTC session's follow-ups reach the peer connection that
@@ -71,8 +79,9 @@ def haproxy_config(
         if kind == "Prefix":
             public.append(f"    acl public path_beg {path.rstrip('/')}/")
     acls = "\n".join(public)
+    from_source = f" source {source}" if source else ""
     servers = "\n".join(
-        f"    server {name} 127.0.0.1:{replica_port} check cookie {name}"
+        f"    server {name} 127.0.0.1:{replica_port}{from_source} check cookie {name}"
         for name, replica_port in replicas.items()
     )
     return f"""\

@@ -85,7 +85,8 @@ def test_the_configmap_is_settings_the_server_accepts(
     assert settings.server.host == "0.0.0.0" and not settings.server.start_local_services
     assert settings.server.max_calls == 40
     assert settings.twilio.auth_token and settings.llm.api_key
-    assert settings.server.ice_servers and settings.server.ice_servers[0].username
+    turn = settings.server.ice_servers[0]
+    assert turn.shared_secret and not turn.credential  # time-limited TURN credentials
 
 
 def test_stt_url_points_at_the_vllm_service(
