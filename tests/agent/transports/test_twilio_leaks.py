@@ -42,8 +42,8 @@ def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, Fast
         yield running
 
 
-async def call_and_vanish(carrier: Carrier, url: str, how: str, rng: random.Random) -> None:
-    n = rng.randrange(10**4)
+async def call_and_vanish(carrier: Carrier, url: str, how: str, n: int, rng: random.Random) -> None:
+    """Call ``n`` (each call has its own call SID, as on a carrier) ends ``how``."""
     ws = await websockets.connect(await carrier.stream_url(url, n))
     caller = carrier.caller(ws, n)
     await caller.start()
@@ -77,11 +77,11 @@ async def test_calls_ending_at_random_stages_leave_no_stt_socket_task_or_slot(
     hows = ["reset_after_start", "reset_mid_sentence", "hang_up"] * (CALLS // 3)
     lines = asyncio.Semaphore(AT_ONCE)
 
-    async def one(how: str) -> None:
+    async def one(how: str, n: int) -> None:
         async with lines:
-            await call_and_vanish(carrier, url, how, rng)
+            await call_and_vanish(carrier, url, how, n, rng)
 
-    await asyncio.gather(*(one(how) for how in hows))
+    await asyncio.gather(*(one(how, n) for n, how in enumerate(hows, 1)))
 
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=10, what="all calls ended")
     for _ in range(50):
