@@ -30,39 +30,10 @@ from agent.config import TurnSettings
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
 from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 
 STOP_SECS = 0.2
 WAIT_S = 0.6
-
-
-class Verdict(BaseTurnAnalyzer):
-    """A turn analyzer that answers what it is told (Smart Turn's interface, no model)."""
-
-    def __init__(self, state: EndOfTurnState) -> None:
-        super().__init__()
-        self.state = state
-        self.asked = 0
-
-    @property
-    def speech_triggered(self) -> bool:
-        return False
-
-    @property
-    def params(self) -> Any:
-        return None
-
-    def append_audio(self, buffer: bytes, is_speech: bool) -> EndOfTurnState:
-        return EndOfTurnState.INCOMPLETE
-
-    async def analyze_end_of_turn(self) -> tuple[EndOfTurnState, None]:
-        self.asked += 1
-        return self.state, None
-
-    def update_vad_start_secs(self, vad_start_secs: float) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
 
 
 class Recorder:
@@ -274,7 +245,7 @@ async def test_keypresses_end_their_turn_as_soon_as_they_arrive(make: Any) -> No
 
 
 async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
-    unsure = Verdict(EndOfTurnState.INCOMPLETE)
+    unsure = ScriptedTurnAnalyzer(EndOfTurnState.INCOMPLETE)
     turn = await make(unsure)
     await turn.speak()
     await turn.pause("Um... What was it?")
@@ -282,7 +253,7 @@ async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
     assert unsure.asked == 1
     assert turn.after_speech() > WAIT_S - 0.02, "ended early on the words alone"
 
-    sure = Verdict(EndOfTurnState.COMPLETE)
+    sure = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
     turn = await make(sure)
     await turn.speak()
     await turn.pause("What time is it?")

@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
+from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
 from pipecat.frames.frames import (
     EndFrame,
     Frame,
@@ -46,6 +46,7 @@ from pipecat.workers.runner import WorkerRunner
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
 from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 from tests.fakes.virtual_time import VirtualTimeLoop, VirtualWallClock
 
 STOP_SECS = 0.2
@@ -65,38 +66,9 @@ class Segment:
     words: str
 
 
-class SlowVerdict(BaseTurnAnalyzer):
-    """Smart Turn's interface, answering ``state`` after ``delay_s`` (the model's thread)."""
-
-    def __init__(self, state: EndOfTurnState, delay_s: float) -> None:
-        super().__init__()
-        self.state, self.delay_s = state, delay_s
-
-    @property
-    def speech_triggered(self) -> bool:
-        return False
-
-    @property
-    def params(self) -> Any:
-        return None
-
-    def append_audio(self, buffer: bytes, is_speech: bool) -> EndOfTurnState:
-        return EndOfTurnState.INCOMPLETE
-
-    async def analyze_end_of_turn(self) -> tuple[EndOfTurnState, None]:
-        await asyncio.sleep(self.delay_s)
-        return self.state, None
-
-    def update_vad_start_secs(self, vad_start_secs: float) -> None:
-        pass
-
-    def clear(self) -> None:
-        pass
-
-
 smart_turns = st.one_of(
     st.none(),
-    st.builds(SlowVerdict, st.sampled_from(EndOfTurnState), st.floats(0.0, 0.5)),
+    st.builds(ScriptedTurnAnalyzer, st.sampled_from(EndOfTurnState), st.floats(0.0, 0.5)),
 )
 
 
@@ -156,7 +128,7 @@ def timeline(segments: list[Segment], wall0: float) -> tuple[list[Event], float,
 
 
 async def converse(
-    segments: list[Segment], smart_turn: SlowVerdict | None, loop: VirtualTimeLoop
+    segments: list[Segment], smart_turn: ScriptedTurnAnalyzer | None, loop: VirtualTimeLoop
 ) -> dict[str, Any]:
     strategy = AdaptiveUserTurnStopStrategy(
         complete_wait_s=0.0, unfinished_wait_s=BOUND_S, turn_analyzer=smart_turn
@@ -198,7 +170,7 @@ async def converse(
     return seen
 
 
-def run(segments: list[Segment], smart_turn: SlowVerdict | None) -> dict[str, Any]:
+def run(segments: list[Segment], smart_turn: ScriptedTurnAnalyzer | None) -> dict[str, Any]:
     loop = VirtualTimeLoop()
     original = adaptive_stop.time
     adaptive_stop.time = VirtualWallClock(loop)  # type: ignore[assignment]
@@ -212,7 +184,7 @@ def run(segments: list[Segment], smart_turn: SlowVerdict | None) -> dict[str, An
 @settings(max_examples=150, deadline=None)
 @given(utterances(), smart_turns)
 def test_every_utterance_ends_in_one_turn_on_time_with_all_its_words(
-    segments: list[Segment], smart_turn: SlowVerdict | None
+    segments: list[Segment], smart_turn: ScriptedTurnAnalyzer | None
 ) -> None:
     seen = run(segments, smart_turn)
     assert seen["fallbacks"] == 0, "Pipecat's fallback ended the turn"
