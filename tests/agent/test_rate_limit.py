@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
-from agent.config import load_settings
+from agent.config import Settings, load_settings
 from agent.rate_limit import PerSourceLimiter
 from agent.server import create_app
 from agent.transports.telephony import twilio_signature
@@ -29,6 +31,16 @@ def test_the_table_of_sources_is_bounded() -> None:
     assert len(limiter._buckets) == 100
 
 
+def limited_to_5_then_1_per_s(**sections: dict[str, Any]) -> Settings:
+    """The default profile with a small per-source limit (a burst of 5, then 1 a second)."""
+    server = {
+        "start_local_services": False,
+        "requests_per_source_per_s": 1,
+        "request_burst_per_source": 5,
+    }
+    return load_settings("default", overrides={"server": server, **sections})
+
+
 @pytest.mark.parametrize(
     "method, path, body",
     [
@@ -39,18 +51,7 @@ def test_the_table_of_sources_is_bounded() -> None:
     ],
 )
 async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: object) -> None:
-    settings = load_settings(
-        "default",
-        overrides={
-            "server": {
-                "start_local_services": False,
-                "requests_per_source_per_s": 1,
-                "request_burst_per_source": 5,
-            },
-            "telnyx": {"public_key": TELNYX_PUBLIC_KEY},
-        },
-    )
-    app = create_app(settings)
+    app = create_app(limited_to_5_then_1_per_s(telnyx={"public_key": TELNYX_PUBLIC_KEY}))
     transport = httpx.ASGITransport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         statuses = [(await http.request(method, path, json=body)).status_code for _ in range(30)]
@@ -61,17 +62,7 @@ async def test_a_flood_from_one_address_gets_429(method: str, path: str, body: o
 async def test_signed_webhooks_are_answered_from_a_source_the_limit_has_stopped() -> None:
     """The signature is checked first: unsigned requests drain the source's bucket, Twilio's
     signed ones (from the same proxy address) are answered all the same."""
-    settings = load_settings(
-        "default",
-        overrides={
-            "server": {
-                "start_local_services": False,
-                "requests_per_source_per_s": 1,
-                "request_burst_per_source": 5,
-            },
-            "twilio": {"auth_token": TWILIO_TOKEN},
-        },
-    )
+    settings = limited_to_5_then_1_per_s(twilio={"auth_token": TWILIO_TOKEN})
     transport = httpx.ASGITransport(create_app(settings))
     url = "http://t/telephony/twilio"
     async with httpx.AsyncClient(transport=transport) as http:

@@ -10,27 +10,23 @@ answer), and "Hello there." was lost.
 
 The recognizer is the strict realtime peer (``tests/fakes/realtime_peer.py``) with a delay
 knob on its finals and no words for a segment under 1.5 s; everything else is the real
-server on real sockets: a Twilio caller, the offline responder, a tone for the voice.
+server on real sockets: a Twilio caller, the offline responder, espeak for the voice.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import websockets
 from fastapi import FastAPI
 
-from agent.config import load_settings
 from agent.stt.protocol import SAMPLE_RATE
-from tests.agent.transports.stack import async_wait_for, running_server
+from tests.agent.transports.stack import async_wait_for, phone_server
 from tests.conftest import requires_espeak
 from tests.fakes.paused_speech import Utterance
 from tests.fakes.realtime_peer import RealtimePeer
-from tests.fakes.speech_server import SpeechServer
-from tests.fakes.twilio_caller import FRAME_S, SILENCE, TOKEN, TwilioCaller, payloads, to_ulaw
+from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
 
 pytestmark = [requires_espeak, pytest.mark.conversation, pytest.mark.timeout(120)]
 
@@ -44,32 +40,15 @@ ANSWER_WITHIN_S = 1.5
 """From the end of speech to the answer's first audio (the issue's bound; before: 5.4 s)."""
 
 
-@contextmanager
-def phone_server(stt_url: str) -> Iterator[tuple[str, FastAPI]]:
-    """Our server taking phone calls, its recognizer at ``stt_url``."""
-    with SpeechServer(voice="tone", sample_rate=24_000) as tts:
-        settings = load_settings(
-            "default",
-            overrides={
-                "server": {"start_local_services": False},
-                "stt": {"url": stt_url},
-                "tts": {"kind": "openai", "base_url": f"{tts.url}/v1", "sample_rate": 24_000},
-            },
-        )
-        settings.twilio.auth_token = TOKEN
-        with running_server(settings) as running:
-            yield running
-
-
 async def test_a_greeting_and_a_question_are_answered_at_once_after_the_question() -> None:
     slow_recognizer = RealtimePeer(
-        model=None,
+        model="voxtral-test",
         transcript=HEARD,
         final_delay_s=FINAL_DELAY_S,
         words_from_samples=int(1.5 * SAMPLE_RATE),
     )
     async with slow_recognizer:
-        with phone_server(slow_recognizer.url) as (url, app):
+        with phone_server(slow_recognizer.url, "voxtral-test", max_calls=2) as (url, app):
             caller, ended = await call(url, app)
 
     answered = caller.first_loud(ended)
