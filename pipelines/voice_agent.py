@@ -72,7 +72,7 @@ from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.fastpath.turn_long_smart_turn import TurnLongSmartTurnV3
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
-from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from pipelines.services import (
     call_tools,
     keypress_aggregator,
@@ -103,7 +103,7 @@ def build_voice_agent_task(
     keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
     user_aggregator, assistant_aggregator = tentative_answer_aggregators(
         llm_conversation(settings.llm, tools),
-        user_params=_user_params(turn),
+        user_params=_user_params(turn, late_final_s=settings.stt.params.final_timeout_s),
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
     )
@@ -149,10 +149,13 @@ def build_voice_agent_task(
     )
 
 
-def _user_params(turn: TurnSettings) -> LLMUserAggregatorParams:
+def _user_params(
+    turn: TurnSettings, *, late_final_s: float = LATE_FINAL_S
+) -> LLMUserAggregatorParams:
     """The turn strategies, and Pipecat's user-turn fallback as a safety net behind them: the
     adaptive strategy has a deadline of its own on every path, so reaching the fallback is an
-    error (counted as ``turn_fallback``), never part of a normal turn."""
+    error (counted as ``turn_fallback``), never part of a normal turn. A transcript still due
+    is waited for ``late_final_s`` past the upper bound (the STT's ``final_timeout_s``)."""
     stop: BaseUserTurnStopStrategy
     fallback_s = LLMUserAggregatorParams.user_turn_stop_timeout
     if turn.end_of_turn == "adaptive":
@@ -160,6 +163,7 @@ def _user_params(turn: TurnSettings) -> LLMUserAggregatorParams:
             complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
             turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
+            late_final_s=late_final_s,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:

@@ -23,7 +23,8 @@ recognizer is slow. Every path has a deadline of its own, so no turn is left to 
   :class:`~agent.stt.frames.SpeechSegmentTranscribedFrame`, so the strategy knows exactly how
   many are due, whatever the order in which finals and new speech arrive on a busy machine. A
   final that comes after the deadline ends the turn the moment it arrives; one that never comes
-  (the STT lost its server) is given up :data:`LATE_FINAL_S` past the upper bound.
+  (the STT lost its server) is given up ``late_final_s`` past the upper bound: as long as the
+  STT itself waits for a final before it calls the server stalled (its ``final_timeout_s``).
 - No words. A turn whose segments all came back empty (a cough) ends at the upper bound, as
   Pipecat ends an empty turn.
 - No speech. Words with no VAD segment in the turn (a keypress sequence, a typed message) end
@@ -67,11 +68,12 @@ from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns.completeness import looks_like_complete_question
 
 LATE_FINAL_S = 2.5
-"""How much longer than the upper bound a turn waits for a segment's transcript that is still
-due. A busy recognizer can take seconds (our STT transcribes a caller's segments one after
-another), and a turn ended without its last words answers half of them and starts a second
-turn on the rest; but a transcript that never comes must not hold the turn open. Together with
-:data:`MAX_AUDIO_LAG_S` this keeps every deadline inside Pipecat's 5 s fallback."""
+"""By default, how much longer than the upper bound a turn waits for a segment's transcript
+that is still due. A busy recognizer can take seconds (our STT transcribes a caller's segments
+one after another; the CPU recognizer on a slow backend took 4.6 s for 1.2 s of audio), and a
+turn ended without its last words answers half of them and starts a second turn on the rest;
+but a transcript that never comes must not hold the turn open. The voice agent passes the
+STT's own ``final_timeout_s``: the turn waits as long as the STT still expects the words."""
 
 
 MAX_AUDIO_LAG_S = 1.0
@@ -94,6 +96,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         complete_wait_s: float = 0.0,
         unfinished_wait_s: float = 1.3,
         turn_analyzer: BaseTurnAnalyzer | None = None,
+        late_final_s: float = LATE_FINAL_S,
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -104,6 +107,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 upper bound of every wait (not counting a late final transcript).
             turn_analyzer: Smart Turn (or another analyzer) whose verdict a complete question
                 also needs; ``None`` trusts the words alone.
+            late_final_s: How long past the upper bound a transcript still due is waited
+                for; past it the turn ends without those words.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -111,7 +116,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 f"complete_wait_s ({complete_wait_s}) must not exceed unfinished_wait_s "
                 f"({unfinished_wait_s}): the unfinished wait is the upper bound"
             )
+        if late_final_s < 0:
+            raise ValueError(f"late_final_s ({late_final_s}) must not be negative")
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._late_final_s = late_final_s
         self._complete_wait_s = complete_wait_s
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
@@ -142,7 +150,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     def longest_wait_s(self) -> float:
         """The latest any turn ends after the end of its speech: the safety net (Pipecat's
         ``user_turn_stop_timeout``) belongs past this."""
-        return self._unfinished_wait_s + LATE_FINAL_S + MAX_AUDIO_LAG_S
+        return self._unfinished_wait_s + self._late_final_s + MAX_AUDIO_LAG_S
 
     async def setup(self, setup: FrameProcessorSetup) -> None:  # type: ignore[override]
         await super().setup(setup)
@@ -260,7 +268,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return self._words_at + wait
         bound = self._speech_ended_at + self._unfinished_wait_s
         if self._segments_due > 0:
-            return bound + LATE_FINAL_S  # the last words belong to this turn: wait for them
+            return bound + self._late_final_s  # the last words belong to this turn: wait for them
         if not self._text:
             return bound  # every segment came back without words: an empty turn
         if self._verdict_due:

@@ -310,6 +310,8 @@ def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
     assert isinstance(adaptive._analyzer, LocalSmartTurnAnalyzerV3)
     # Pipecat's fallback is a safety net behind the strategy's own longest deadline.
     assert _user_params(TurnSettings()).user_turn_stop_timeout > adaptive.longest_wait_s
+    patient = _user_params(TurnSettings(), late_final_s=10.0).user_turn_stop_timeout
+    assert patient > TurnSettings().unfinished_wait_s + 10.0
     build_voice_agent_task(  # the whole pipeline builds with it, too
         LoopbackTransport(),
         load_settings("default", overrides={"turn": {"smart_turn": True}}),

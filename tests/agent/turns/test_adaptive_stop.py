@@ -29,7 +29,7 @@ from pipecat.utils.asyncio.task_manager import TaskManager
 from agent.config import TurnSettings
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
-from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 
 STOP_SECS = 0.2
@@ -98,9 +98,14 @@ class Recorder:
 async def make() -> AsyncIterator[Any]:
     made: list[AdaptiveUserTurnStopStrategy] = []
 
-    async def build(analyzer: BaseTurnAnalyzer | None = None) -> Recorder:
+    async def build(
+        analyzer: BaseTurnAnalyzer | None = None, late_final_s: float = LATE_FINAL_S
+    ) -> Recorder:
         strategy = AdaptiveUserTurnStopStrategy(
-            complete_wait_s=0.0, unfinished_wait_s=WAIT_S, turn_analyzer=analyzer
+            complete_wait_s=0.0,
+            unfinished_wait_s=WAIT_S,
+            turn_analyzer=analyzer,
+            late_final_s=late_final_s,
         )
         await strategy.setup(
             FrameProcessorSetup(
@@ -201,12 +206,9 @@ async def test_a_turn_with_no_words_ends_at_the_bound(make: Any) -> None:
     assert WAIT_S - 0.02 < turn.after_speech() < WAIT_S + 0.1
 
 
-async def test_the_wait_for_a_final_that_never_comes_is_bounded(
-    make: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_wait_for_a_final_that_never_comes_is_bounded(make: Any) -> None:
     """The STT lost its server: the segment's transcript never comes."""
-    monkeypatch.setattr(adaptive_stop, "LATE_FINAL_S", 0.3)
-    turn = await make()
+    turn = await make(late_final_s=0.3)
     await turn.speak()
     await turn.pause("I need apples.")
     await turn.speak()
@@ -215,12 +217,25 @@ async def test_the_wait_for_a_final_that_never_comes_is_bounded(
     assert WAIT_S + 0.28 < turn.after_speech() < WAIT_S + 0.4
 
 
-async def test_a_transcript_given_up_on_does_not_end_the_next_turn_early(
-    make: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_slow_recognizer_keeps_the_turn_open_for_its_words(make: Any) -> None:
+    """A CPU recognizer on a slow backend: the last segment's words come long after the bound,
+    but within the STT's own patience (``late_final_s``), so one turn answers the sentence."""
+    turn = await make(late_final_s=1.0)
+    await turn.speak()
+    await turn.pause("Please call me")
+    await turn.speak()
+    await turn.pause(None)
+    await asyncio.sleep(WAIT_S + 0.6)
+    assert not turn.ended, "the turn ended without its last words"
+    await turn.transcribed("back tomorrow morning.")
+    await asyncio.sleep(0.05)
+    assert len(turn.ended) == 1
+    assert turn.after_speech() > WAIT_S + 0.55
+
+
+async def test_a_transcript_given_up_on_does_not_end_the_next_turn_early(make: Any) -> None:
     """When it finally comes, it settles the segment it belongs to, not the next turn's."""
-    monkeypatch.setattr(adaptive_stop, "LATE_FINAL_S", 0.1)
-    turn = await make()
+    turn = await make(late_final_s=0.1)
     await turn.speak()
     await turn.pause(None)
     await asyncio.sleep(WAIT_S + 0.2)
