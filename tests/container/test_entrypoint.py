@@ -90,6 +90,11 @@ class Entrypoint:
         path = self.state / "health.log"
         return path.read_text().split() if path.exists() else []
 
+    def bridge_started(self) -> bool:
+        """From the entrypoint's own log, not the port: on a busy machine another process
+        may take the free port this test picked for the bridge."""
+        return "bridge started" in self.log()
+
     def ping(self) -> int | None:
         return http_status(f"http://127.0.0.1:{self.bridge_port}/ping")
 
@@ -176,7 +181,7 @@ def test_default_flags_ping_and_vllm_death(start_entrypoint: Callable[..., Entry
     assert code != 0
     line = entry.log_line("exited with code")
     assert "vLLM" in line and "137" in line and "stopping the bridge" in line
-    assert not listening(entry.bridge_port)
+    assert not listening(entry.bridge_port)  # the bridge was stopped too
 
 
 def test_sm_vllm_variables_become_flags_and_bridge_waits_for_health(
@@ -214,7 +219,7 @@ def test_sm_vllm_variables_become_flags_and_bridge_waits_for_health(
 
     # While vLLM answers 503 the entrypoint keeps probing and the bridge is not started.
     wait_for(lambda: entry.health_requests().count("503") >= 3, "three unhealthy probes")
-    assert not listening(entry.bridge_port)
+    assert not entry.bridge_started()
     assert "vLLM is healthy" not in entry.log()
 
     ready.touch()
@@ -249,7 +254,7 @@ def test_vllm_exiting_before_health_fails_loudly(
     entry = start_entrypoint(env={"FAKE_VLLM_EXIT_CODE": "3"})
     assert entry.wait_exit() == 3
     assert "exited with code 3 before it became healthy" in entry.log()
-    assert not listening(entry.bridge_port)
+    assert not entry.bridge_started()
 
 
 def test_health_timeout_stops_vllm_and_fails(
@@ -261,7 +266,7 @@ def test_health_timeout_stops_vllm_and_fails(
     assert entry.wait_exit() == 1
     assert "did not become healthy within 2s" in entry.log()
     assert (entry.state / "terminated").exists()
-    assert not listening(entry.bridge_port)
+    assert not entry.bridge_started()
 
 
 def test_bad_port_setting_is_refused(start_entrypoint: Callable[..., Entrypoint]) -> None:
