@@ -23,10 +23,20 @@ from agent.config import ConfigError, Settings, load_settings
 from agent.llm.translation import TranslationProcessor
 from agent.stt import SAMPLE_RATE
 from pipelines.translation import build_translation_task
-from tests.conftest import requires_espeak
+from tests.agent.transports.carriers import Carrier
+from tests.agent.transports.stack import (
+    CLIENT_RATE,
+    WebRTCClient,
+    async_wait_for,
+    running_server,
+    stack_settings,
+)
+from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import BrokenOff, ChatServer
 from tests.fakes.serving import free_port
 from tests.fakes.speech import speech_at, word_error_rate
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.twilio_caller import TOKEN, ulaw_speech
 from tests.pipelines.conftest import requires_piper_http
 from tests.pipelines.loopback import LoopbackTransport
 
@@ -255,3 +265,86 @@ async def test_an_answer_broken_off_mid_stream_gets_a_clear_error_and_the_call_g
         await call.say("turn on the lights in the kitchen")
         await call.wait_for(lambda: call.captions.finals())
     assert [(m["id"], m["text"]) for m in call.captions.finals()] == [(2, "Allumez.")]
+
+
+# ----------------------------------------------------------------- through the server
+
+
+def served_settings(asr_url: str, asr_model: str, llm_url: str, tts_url: str) -> Settings:
+    """The server's own settings with ``translation.enabled``: every call is translated."""
+    settings = stack_settings(asr_url=asr_url, asr_model=asr_model, tts_url=tts_url)
+    settings.llm = settings.llm.model_copy(update={"base_url": llm_url, "model": "translator"})
+    settings.translation = settings.translation.model_copy(update={"enabled": True})
+    return settings
+
+
+@requires_espeak
+async def test_a_webrtc_caller_sees_the_captions_and_hears_the_translation(
+    asr_server_url: str, asr_model_name: str, chat: ChatServer, redacted_log: list[str]
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = served_settings(asr_server_url, asr_model_name, chat.base_url, tts.url)
+        with running_server(settings) as (url, app):
+            client = WebRTCClient()
+            try:
+                assert (await client.connect(url)).status_code == 200
+                await async_wait_for(lambda: client.frames > 0, timeout_s=15, what="the call")
+                client.mic.say(speech_at(SENTENCE, CLIENT_RATE))
+
+                def captions() -> list[dict[str, Any]]:
+                    return [
+                        m["data"]
+                        for m in client.rtvi("server-message")
+                        if m["data"].get("type") == "translation"
+                    ]
+
+                await async_wait_for(
+                    lambda: any(c["final"] for c in captions()), timeout_s=30, what="a caption"
+                )
+                await async_wait_for(
+                    lambda: client.loud_frames > 25, timeout_s=30, what="the spoken translation"
+                )
+                (call,) = app.state.registry.calls()
+                await async_wait_for(
+                    lambda: bool(call.bot_transcript), timeout_s=15, what="the translation played"
+                )
+            finally:
+                await client.close()
+    (done,) = [c for c in captions() if c["final"]]
+    assert word_error_rate(SENTENCE, done["source"]) <= 0.2, done
+    assert "demain matin" in done["text"]
+    # The call's record holds what was said and what the interpreter said for it.
+    assert call.kind == "webrtc"
+    assert " ".join(call.user_transcript) == done["source"]
+    assert "demain matin" in " ".join(call.bot_transcript)
+    assert [r["messages"][-1]["content"] for r in chat.requests] == [done["source"]]
+    # Neither what was said nor its translation is in the server's log.
+    assert quoted_in(redacted_log, "tomorrow morning", "demain matin") == []
+
+
+@requires_espeak
+async def test_a_phone_caller_hears_the_translation(
+    asr_server_url: str, asr_model_name: str, chat: ChatServer
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = served_settings(asr_server_url, asr_model_name, chat.base_url, tts.url)
+        settings.twilio.auth_token = TOKEN
+        with running_server(settings) as (url, app):
+            async with Carrier("twilio").call(url) as caller:
+                await caller.start()
+                await caller.silence(0.3)
+                await caller.speak(ulaw_speech(SENTENCE))
+                speaking = asyncio.create_task(caller.silence(20))
+                try:
+                    await async_wait_for(
+                        lambda: caller.count("media") >= 25, timeout_s=30, what="translated audio"
+                    )
+                    (call,) = app.state.registry.calls()
+                    await async_wait_for(
+                        lambda: bool(call.bot_transcript), timeout_s=15, what="a sentence played"
+                    )
+                finally:
+                    speaking.cancel()
+    assert call.kind == "twilio"
+    assert word_error_rate(SENTENCE, " ".join(call.user_transcript)) <= 0.2
+    assert "demain matin" in " ".join(call.bot_transcript)
