@@ -147,6 +147,13 @@ class TranslationSettings(_Section):
         description="Interpreter mode: the TTS speaks each translation into the call (pick a "
         "tts voice for the target language). Off: captions only.",
     )
+    interim: bool = Field(
+        default=False,
+        description="Start translating the stable interim transcript at the VAD stop "
+        "(turn.vad_stop_secs) instead of waiting for the final one: captions come sooner; "
+        "the final confirms it (or, if its words differ, is translated instead) before "
+        "anything is spoken.",
+    )
     instruction: str = Field(
         default=DEFAULT_TRANSLATION_INSTRUCTION,
         description="The system message; {source} and {target} become the two languages.",

@@ -6,7 +6,9 @@ translation out.
     transport.input()                     the speaker's audio (phone: 8 kHz)
       → VADProcessor(shared Silero)       cuts the speech into utterances
                                           (a phone transport runs it inside its input instead)
-      → Voxtral realtime STT              one final transcript per utterance
+      → Voxtral realtime STT              one final transcript per utterance (and, with
+                                          translation.interim, its stable interim text at the
+                                          VAD stop, to start translating sooner)
       → TranslationProcessor              each final → the OpenAI-compatible LLM with a
                                           translation instruction; captions stream out as RTVI
                                           server messages (source beside translation)
@@ -65,7 +67,7 @@ def build_translation_task(
     stages: list[FrameProcessor] = [
         transport_input,
         *vad_stages,
-        stt_service(settings.stt),
+        stt_service(settings.stt, enable_eager_end_of_turn=translation.interim),
         TranslationProcessor(translator(translation, settings.llm), speak=translation.speak),
         *speech,
         transport.output(),

@@ -39,6 +39,8 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 from pipecat.frames.frames import (
     CancelFrame,
+    EagerEndOfTurnCancelFrame,
+    EagerTranscriptionFrame,
     EndFrame,
     Frame,
     LLMFullResponseEndFrame,
@@ -167,12 +169,48 @@ def caption(
     }
 
 
+class _Head:
+    """A translation begun early, on the stable interim transcript at the VAD stop: its
+    captions go out as it streams; its pieces wait here until the final transcript confirms
+    them (and are then spoken) or is different (and they are dropped)."""
+
+    def __init__(self, id: int, source: str) -> None:
+        self.id = id
+        self.source = source
+        self.pieces: asyncio.Queue[str | TranslationError | None] = asyncio.Queue()
+        """The streamed pieces, then ``None`` (done) or the error."""
+        self.task: asyncio.Task[None] | None = None
+
+    async def replay(self) -> AsyncIterator[str]:
+        while (piece := await self.pieces.get()) is not None:
+            if isinstance(piece, TranslationError):
+                raise piece
+            yield piece
+
+
+def _same_words(a: str, b: str) -> bool:
+    """Whether two transcripts say the same words (case and punctuation aside)."""
+
+    def words(text: str) -> list[str]:
+        return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+    return words(a) == words(b)
+
+
 class TranslationProcessor(FrameProcessor):
     """Final transcripts in; captions, and in interpreter mode the text to speak, out.
 
     Transcripts pass on downstream unchanged (the call record keeps what was said); the
     translation work runs in a task of its own, so audio and transcripts keep flowing while
     the model answers.
+
+    With an STT that sends its stable interim transcript at the VAD stop
+    (``EagerTranscriptionFrame``: ``translation.interim``), the translation starts on it at
+    once and its captions stream while the final transcript is still being decoded. The
+    final confirms it when it says the same words (nothing is asked twice; the speech is
+    released) and replaces it otherwise (the captions of that ``id`` start over from the
+    final's translation, and nothing of the early one is spoken). The speaker going on
+    (``EagerEndOfTurnCancelFrame``) drops it the same way.
     """
 
     def __init__(self, translator: Translator, *, speak: bool, **kwargs: Any) -> None:
@@ -180,8 +218,12 @@ class TranslationProcessor(FrameProcessor):
         self._translator = translator
         self._speak = speak
         self._ids = itertools.count(1)
-        self._pending: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+        self._pending: asyncio.Queue[tuple[int, str, _Head | None]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        self._head: _Head | None = None
+        self._reserved: int | None = None
+        """The id of an utterance whose early translation was dropped: its final keeps it."""
+        self._early: set[asyncio.Task[None]] = set()
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -195,36 +237,89 @@ class TranslationProcessor(FrameProcessor):
             await self._stop()
         elif isinstance(frame, CancelFrame):
             await self._stop()
+        elif isinstance(frame, EagerTranscriptionFrame):
+            await self._begin_early(" ".join(frame.text.split()))
+        elif isinstance(frame, EagerEndOfTurnCancelFrame):
+            await self._drop_early()
         elif isinstance(frame, TranscriptionFrame) and direction is FrameDirection.DOWNSTREAM:
             text = " ".join(frame.text.split())
+            head, self._head = self._head, None
+            if head is not None and not (text and _same_words(text, head.source)):
+                self._head = head
+                await self._drop_early()
+                head = None
             if text:
-                self._pending.put_nowait((next(self._ids), text))
+                self._pending.put_nowait((head.id if head else self._next_id(), text, head))
         await self.push_frame(frame, direction)
 
+    def _next_id(self) -> int:
+        id, self._reserved = self._reserved, None
+        return id if id is not None else next(self._ids)
+
+    async def _begin_early(self, text: str) -> None:
+        await self._drop_early()
+        if not text:
+            return
+        head = self._head = _Head(self._next_id(), text)
+        head.task = self.create_task(self._stream_early(head), f"translation-early-{head.id}")
+        self._early.add(head.task)
+        head.task.add_done_callback(self._early.discard)
+
+    async def _drop_early(self) -> None:
+        head, self._head = self._head, None
+        if head is not None:
+            self._reserved = head.id
+            if head.task is not None:
+                await self.cancel_task(head.task)
+
+    async def _stream_early(self, head: _Head) -> None:
+        spec = self._translator.spec
+        text = ""
+        try:
+            async for piece in self._translator.stream(head.source):
+                text += piece
+                head.pieces.put_nowait(piece)
+                await self._send(
+                    caption(spec, id=head.id, source=head.source, text=text, final=False)
+                )
+        except TranslationError as exc:
+            head.pieces.put_nowait(exc)
+            return
+        head.pieces.put_nowait(None)
+
     async def _stop(self) -> None:
+        await self._drop_early()
+        for task in list(self._early):
+            await self.cancel_task(task)
         if self._worker is not None:
             await self.cancel_task(self._worker)
             self._worker = None
 
     async def _translate_in_order(self) -> None:
         while True:
-            id, source = await self._pending.get()
+            id, source, head = await self._pending.get()
             try:
-                await self._translate(id, source)
+                if head is None:
+                    await self._translate(id, source, self._translator.stream(source))
+                else:  # its captions went out as it streamed
+                    await self._translate(id, source, head.replay(), live_captions=False)
             finally:
                 self._pending.task_done()
 
-    async def _translate(self, id: int, source: str) -> None:
+    async def _translate(
+        self, id: int, source: str, pieces: AsyncIterator[str], *, live_captions: bool = True
+    ) -> None:
         spec = self._translator.spec
         text = ""
         speaking = False
         try:
-            async for piece in self._translator.stream(source):
+            async for piece in pieces:
                 if self._speak and not speaking:
                     speaking = True
                     await self.push_frame(LLMFullResponseStartFrame())
                 text += piece
-                await self._send(caption(spec, id=id, source=source, text=text, final=False))
+                if live_captions:
+                    await self._send(caption(spec, id=id, source=source, text=text, final=False))
                 if self._speak:
                     await self.push_frame(LLMTextFrame(piece))
         except TranslationError as exc:

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 from pipecat.frames.frames import (
+    EagerEndOfTurnCancelFrame,
+    EagerTranscriptionFrame,
     ErrorFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -16,7 +18,7 @@ from pipecat.frames.frames import (
     TranscriptionFrame,
 )
 from pipecat.processors.frameworks.rtvi import RTVIServerMessageFrame
-from pipecat.tests.utils import run_test
+from pipecat.tests.utils import SleepFrame, run_test
 
 from agent.config import DEFAULT_TRANSLATION_INSTRUCTION
 from agent.llm.translation import (
@@ -129,3 +131,77 @@ async def test_captions_only_sends_nothing_to_speak(chat: ChatServer) -> None:
     assert [f.data["text"] for f in down if isinstance(f, RTVIServerMessageFrame)][-1] == (
         "Guten Morgen."
     )
+
+
+# ------------------------------------------------- starting on the stable interim transcript
+
+
+def early(text: str) -> EagerTranscriptionFrame:
+    return EagerTranscriptionFrame(text, "caller", "2026-12-03T00:00:00Z")
+
+
+def spoken(down: list[Any]) -> list[str]:
+    """The responses sent to the TTS, each as its text."""
+    responses: list[str] = []
+    for frame in down:
+        if isinstance(frame, LLMFullResponseStartFrame):
+            responses.append("")
+        elif isinstance(frame, LLMTextFrame):
+            responses[-1] += frame.text
+    return responses
+
+
+def final_captions(down: list[Any]) -> list[tuple[int, str, str]]:
+    return [
+        (f.data["id"], f.data["source"], f.data["text"])
+        for f in down
+        if isinstance(f, RTVIServerMessageFrame) and f.data.get("final") is True
+    ]
+
+
+async def test_an_early_translation_the_final_confirms_is_asked_once_and_spoken(
+    chat: ChatServer,
+) -> None:
+    processor = TranslationProcessor(translator(chat.base_url), speak=True)
+    down, _ = await run_test(
+        processor,
+        frames_to_send=[early("good morning"), SleepFrame(0.5), transcript("Good morning.")],
+    )
+    assert [r["messages"][-1]["content"] for r in chat.requests] == ["good morning"]
+    assert spoken(down) == ["Guten Morgen."]
+    assert final_captions(down) == [(1, "Good morning.", "Guten Morgen.")]
+    # Its captions streamed while the final transcript was still to come.
+    first_caption = next(i for i, f in enumerate(down) if isinstance(f, RTVIServerMessageFrame))
+    final = next(i for i, f in enumerate(down) if isinstance(f, TranscriptionFrame))
+    assert first_caption < final
+
+
+async def test_an_early_translation_the_final_contradicts_is_never_spoken(
+    chat: ChatServer,
+) -> None:
+    processor = TranslationProcessor(translator(chat.base_url), speak=True)
+    down, _ = await run_test(
+        processor, frames_to_send=[early("good morning"), transcript("thank you")]
+    )
+    assert chat.requests[-1]["messages"][-1]["content"] == "thank you"
+    assert spoken(down) == ["Danke schön."]
+    assert final_captions(down) == [(1, "thank you", "Danke schön.")]
+
+
+async def test_an_early_translation_is_dropped_when_the_speaker_goes_on(
+    chat: ChatServer,
+) -> None:
+    processor = TranslationProcessor(translator(chat.base_url), speak=True)
+    down, _ = await run_test(
+        processor,
+        frames_to_send=[
+            early("good morning"),
+            SleepFrame(0.3),
+            EagerEndOfTurnCancelFrame(),
+            SleepFrame(0.1),
+            transcript("thank you"),
+        ],
+    )
+    assert spoken(down) == ["Danke schön."]
+    # The utterance keeps its number: its captions start over with the final's translation.
+    assert final_captions(down) == [(1, "thank you", "Danke schön.")]
