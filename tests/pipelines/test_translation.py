@@ -163,6 +163,7 @@ def test_an_instruction_with_unknown_placeholders_is_refused_at_start() -> None:
         load_settings("default", overrides={"translation": {"instruction": "Into {language}"}})
 
 
+@pytest.mark.conversation
 @requires_espeak
 @requires_piper_http
 async def test_a_spoken_sentence_is_captioned_and_spoken_in_the_target_language(
