@@ -119,6 +119,71 @@ class TTSSettings(_Section):
     sample_rate: int = Field(default=22050, gt=0)
 
 
+DEFAULT_TRANSLATION_INSTRUCTION = (
+    "You are an interpreter. Translate what the user says from {source} into {target}. "
+    "Reply with the translation only: no quotes, no notes, no answer to what was said."
+)
+
+
+class TranslationSettings(_Section):
+    """Realtime translation (:mod:`pipelines.translation`): each final transcript goes to the
+    ``llm`` server with a translation instruction; captions stream to the client, and in
+    interpreter mode the TTS speaks the translation into the call."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Serve every call (WebRTC, phone) as a translation call instead of the "
+        "voice agent; needs llm.base_url.",
+    )
+    source_language: str = Field(
+        default="English",
+        description="The language people speak, as the instruction names it. The STT is not "
+        "told: vLLM's realtime session.update has no language field (Voxtral detects it), "
+        "and the offline recognizer is English-only.",
+    )
+    target_language: str = Field(default="French", description="The language to translate into.")
+    speak: bool = Field(
+        default=True,
+        description="Interpreter mode: the TTS speaks each translation into the call (pick a "
+        "tts voice for the target language). Off: captions only.",
+    )
+    interim: bool = Field(
+        default=False,
+        description="Start translating the stable interim transcript at the VAD stop "
+        "(turn.vad_stop_secs) instead of waiting for the final one: captions come sooner; "
+        "the final confirms it (or, if its words differ, is translated instead) before "
+        "anything is spoken.",
+    )
+    instruction: str = Field(
+        default=DEFAULT_TRANSLATION_INSTRUCTION,
+        description="The system message; {source} and {target} become the two languages.",
+    )
+    model: str | None = Field(
+        default=None, description="The served model to translate with; unset: llm.model."
+    )
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    max_tokens: int = Field(default=200, ge=1)
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=120,
+        description="Limit for one utterance's whole translation; past it the utterance "
+        "gets a translation-error and the call goes on.",
+    )
+
+    @field_validator("instruction")
+    @classmethod
+    def _placeholders(cls, instruction: str) -> str:
+        try:
+            instruction.format(source="English", target="French")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"may hold only the placeholders {{source}} and {{target}} ({exc!r}); write "
+                "other braces twice: {{ }}"
+            ) from None
+        return instruction
+
+
 class IceServerSettings(_Section):
     """A STUN or TURN server for WebRTC calls across networks.
 
@@ -497,6 +562,17 @@ class Settings(BaseSettings):
     dtmf: DTMFSettings = DTMFSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     records: RecordsSettings = RecordsSettings()
+    translation: TranslationSettings = TranslationSettings()
+
+    @model_validator(mode="after")
+    def _translation_needs_llm(self) -> Settings:
+        if self.translation.enabled and not self.llm.base_url:
+            raise ValueError(
+                "translation.enabled needs an LLM to translate with: set llm.base_url and "
+                "llm.model (VOICE_AGENT_LLM__BASE_URL, VOICE_AGENT_LLM__MODEL) to an "
+                "OpenAI-compatible chat server"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sagemaker_needs_endpoint(self) -> Settings:

@@ -23,7 +23,8 @@ transports. Routes:
 - The offline playground at ``/`` and ``/client`` (files under ``/playground/``).
 
 It is the only composer: it builds each call's worker from the pipeline factory
-(``pipelines.voice_agent`` unless a test passes another) and attaches every observer there,
+(``pipelines.voice_agent``, or ``pipelines.translation`` with ``translation.enabled``, unless a
+test passes another) and attaches every observer there,
 inline (:mod:`agent.fastpath`): its turn latency, its record, its idle watch (and its
 recorder).
 
@@ -71,6 +72,7 @@ from agent.transports.telephony import TelephonyCalls, http_base_url
 from agent.transports.traits import traits_of
 from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
+from pipelines.translation import build_translation_task
 from pipelines.voice_agent import build_voice_agent_task
 
 PLAYGROUND_DIR = Path(__file__).resolve().parent / "playground"
@@ -102,7 +104,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         else None
     )
     factory = ObservedCalls(
-        pipeline or build_voice_agent_task,
+        pipeline or default_pipeline(settings),
         settings=settings,
         metrics=metrics,
         tracing=tracing,
@@ -217,6 +219,14 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
 
     app.mount("/playground", StaticFiles(directory=PLAYGROUND_DIR), name="playground")
     return app
+
+
+def default_pipeline(settings: Settings) -> PipelineFactory:
+    """Every call's pipeline: the voice agent, or with ``translation.enabled`` the
+    translation call (:mod:`pipelines.translation`)."""
+    if settings.translation.enabled:
+        return build_translation_task
+    return build_voice_agent_task
 
 
 def _check_operator(settings: Settings, authorization: str | None) -> None:

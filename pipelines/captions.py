@@ -9,6 +9,11 @@ final caption replaces them when the utterance ends. Under the captions the page
 last caption's delay from the end of the speech: the VAD's stop wait plus the STT's time from
 the VAD stop to the final transcript, as this server measured them.
 
+With translation on (``voice-agent captions --translate``, or ``translation.enabled`` in the
+profile), each final caption also goes to the profile's OpenAI-compatible LLM
+(:class:`agent.llm.translation.Translator`) and its translation streams in under it, marked
+``→``: the source text beside its translation, in the order they were said.
+
 Gradio is an optional extra (``pip install 'voice-agent[captions]'``) and is imported only
 when the command runs. Everything below :func:`main` except :func:`build_app` works without
 it (and is what the tests exercise).
@@ -17,6 +22,7 @@ it (and is what the tests exercise).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import sys
 from collections.abc import Callable
@@ -27,37 +33,67 @@ import numpy as np
 from loguru import logger
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams
 
-from agent.config import ConfigError, STTSettings, load_settings
+from agent.config import ConfigError, Settings, load_settings
+from agent.llm.translation import TranslationError, Translator
 from agent.stt.audio import StreamConverter
 from agent.stt.client import RealtimeTranscriber, TranscriptEvent
 from agent.stt.protocol import SAMPLE_RATE
 from agent.stt.service import VoxtralRealtimeSTTService
-from pipelines.services import stt_service
+from pipelines.services import stt_service, translator
 
 INSTALL_HINT = "pip install 'voice-agent[captions]'"
+
+
+@dataclass(eq=False)
+class CaptionLine:
+    """One final caption, and its translation as far as it has come."""
+
+    text: str
+    translation: str | None = None
+    """``None``: not translated (translation off, or not begun)."""
+    translated: bool = False
+    """The translation is complete."""
+    error: str | None = None
+    """Why it could not be translated."""
+
+    def render(self) -> list[str]:
+        if self.error is not None:
+            return [self.text, f"→ [not translated: {self.error}]"]
+        if self.translation is None:
+            return [self.text]
+        return [self.text, f"→ {self.translation}{'' if self.translated else ' …'}"]
 
 
 @dataclass
 class CaptionBoard:
     """What the page shows: the finished lines, the line being spoken, the last delay."""
 
-    finals: list[str] = field(default_factory=list)
+    lines: list[CaptionLine] = field(default_factory=list)
     interim: str = ""
     max_lines: int = 12
     last_timed: TranscriptEvent | None = None
     """The last final whose delay was measured."""
 
-    def show(self, event: TranscriptEvent) -> None:
+    @property
+    def finals(self) -> list[str]:
+        """The finished lines' text."""
+        return [line.text for line in self.lines]
+
+    def show(self, event: TranscriptEvent) -> CaptionLine | None:
+        """Take one event; a final's new line is returned (to be translated)."""
+        added = None
         if event.kind == "interim":
             self.interim = event.text  # the service sends the utterance's text so far
         elif event.kind == "final":
-            line = " ".join(event.text.split()) or " ".join(self.interim.split())
-            if line:
-                self.finals.append(line)
-                del self.finals[: -self.max_lines]
+            text = " ".join(event.text.split()) or " ".join(self.interim.split())
+            if text:
+                added = CaptionLine(text)
+                self.lines.append(added)
+                del self.lines[: -self.max_lines]
             self.interim = ""
             if event.after_speech_s is not None:
                 self.last_timed = event
+        return added
 
     def render_delay(self) -> str:
         """``Caption delay: 640 ms after the end of speech (VAD wait 500 ms + STT 140 ms)``."""
@@ -71,7 +107,7 @@ class CaptionBoard:
         )
 
     def render(self) -> str:
-        lines = list(self.finals)
+        lines = [shown for line in self.lines for shown in line.render()]
         interim = " ".join(self.interim.split())
         if interim:
             lines.append(f"{interim} …")
@@ -82,7 +118,9 @@ class CaptionSession:
     """One listener: 16 kHz PCM16 in, captions on a :class:`CaptionBoard` out.
 
     It is the voice agent's own STT path (Silero VAD → :class:`VoxtralRealtimeSTTService`,
-    with its pre-roll, reconnects and replay) run by a :class:`RealtimeTranscriber`.
+    with its pre-roll, reconnects and replay) run by a :class:`RealtimeTranscriber`. With a
+    ``translator``, each final line is translated in a background task, one line at a time in
+    the order they came; a line that fails shows why, and the next is tried afresh.
     """
 
     def __init__(
@@ -91,11 +129,15 @@ class CaptionSession:
         service: VoxtralRealtimeSTTService,
         vad: VADAnalyzer,
         board: CaptionBoard | None = None,
+        translator: Translator | None = None,
     ) -> None:
         self.board = board or CaptionBoard()
         self.error: str | None = None
         self._transcriber = RealtimeTranscriber(service, sample_rate=SAMPLE_RATE, vad_analyzer=vad)
         self._started = False
+        self._translator = translator
+        self._to_translate: asyncio.Queue[CaptionLine] = asyncio.Queue()
+        self._translating: asyncio.Task[None] | None = None
 
     async def feed(self, pcm: bytes) -> None:
         """Take the next piece of 16 kHz mono PCM16 audio and update the board."""
@@ -106,7 +148,8 @@ class CaptionSession:
         self._show_events()
 
     async def close(self, *, final_timeout_s: float = 5.0) -> None:
-        """End the utterance in progress, wait briefly for its caption, then disconnect."""
+        """End the utterance in progress, wait briefly for its caption (and its translation),
+        then disconnect."""
         if not self._started:
             return
         self._started = False
@@ -114,6 +157,13 @@ class CaptionSession:
             await self._transcriber.finish(timeout=final_timeout_s)
         self._show_events()
         await self._transcriber.__aexit__(None, None, None)
+        if self._translating is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(final_timeout_s):
+                    await self._to_translate.join()
+            self._translating.cancel()
+            await asyncio.gather(self._translating, return_exceptions=True)
+            self._translating = None
 
     def _show_events(self) -> None:
         events = self._transcriber.events
@@ -122,7 +172,26 @@ class CaptionSession:
             if event.kind == "error":
                 self.error = event.text  # the STT's error message, not speech
                 logger.warning(f"captions: {self.error}")
-            self.board.show(event)
+            line = self.board.show(event)
+            if line is not None and self._translator is not None:
+                line.translation = ""
+                self._to_translate.put_nowait(line)
+                if self._translating is None:
+                    self._translating = asyncio.create_task(self._translate_in_order())
+
+    async def _translate_in_order(self) -> None:
+        assert self._translator is not None
+        while True:
+            line = await self._to_translate.get()
+            try:
+                async for piece in self._translator.stream(line.text):
+                    line.translation = (line.translation or "") + piece
+                line.translated = True
+            except TranslationError as exc:
+                line.error = str(exc)
+                logger.warning(f"captions: a line was not translated: {exc}")
+            finally:
+                self._to_translate.task_done()
 
 
 def to_stt_pcm(sample_rate: int, samples: np.ndarray, converter: StreamConverter) -> bytes:
@@ -135,15 +204,17 @@ def to_stt_pcm(sample_rate: int, samples: np.ndarray, converter: StreamConverter
     return converter.convert(samples.tobytes(), sample_rate, channels)
 
 
-def session_factory(settings: STTSettings) -> Callable[[], CaptionSession]:
-    """Builds a :class:`CaptionSession` per browser tab for the configured STT endpoint."""
+def session_factory(settings: Settings, *, translate: bool = False) -> Callable[[], CaptionSession]:
+    """Builds a :class:`CaptionSession` per browser tab for the configured STT endpoint (and,
+    with ``translate``, the configured LLM as translator)."""
 
     def make() -> CaptionSession:
         from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 
         return CaptionSession(
-            service=stt_service(settings),
+            service=stt_service(settings.stt),
             vad=SharedSileroVADAnalyzer(params=VADParams(stop_secs=0.5)),
+            translator=translator(settings.translation, settings.llm) if translate else None,
         )
 
     return make
@@ -192,9 +263,11 @@ class CaptionHandlers:
         return session.board.render(), session.board.render_delay(), {}
 
 
-def build_app(settings: STTSettings, gr: Any) -> Any:  # pragma: no cover - needs gradio
-    """The Gradio page: microphone in, captions out."""
-    handlers = CaptionHandlers(session_factory(settings))
+def build_app(
+    settings: Settings, gr: Any, *, translate: bool = False
+) -> Any:  # pragma: no cover - needs gradio
+    """The Gradio page: microphone in, captions (and their translations) out."""
+    handlers = CaptionHandlers(session_factory(settings, translate=translate))
 
     def shown(value: str | None) -> Any:
         return gr.skip() if value is None else value
@@ -231,21 +304,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", help="settings profile whose [stt] endpoint to use")
     parser.add_argument("--host", default="127.0.0.1", help="address for the page")
     parser.add_argument("--port", type=int, default=7861, help="port for the page")
+    parser.add_argument(
+        "--translate",
+        action="store_true",
+        help="translate each caption with the profile's LLM ([translation] languages; also "
+        "on with translation.enabled)",
+    )
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
-        gr = import_gradio()
-    except ImportError as exc:
-        print(f"voice-agent captions: {exc}", file=sys.stderr)
-        return 2
-    try:
         settings = load_settings(args.profile)
     except ConfigError as exc:
         print(f"voice-agent captions: {exc}", file=sys.stderr)
         return 2
-    app = build_app(settings.stt, gr)  # pragma: no cover - needs gradio
+    translate = args.translate or settings.translation.enabled
+    if translate and not settings.llm.base_url:
+        print(
+            "voice-agent captions: --translate needs an LLM to translate with: set llm.base_url "
+            "and llm.model (VOICE_AGENT_LLM__BASE_URL, VOICE_AGENT_LLM__MODEL)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        gr = import_gradio()
+    except ImportError as exc:
+        print(f"voice-agent captions: {exc}", file=sys.stderr)
+        return 2
+    app = build_app(settings, gr, translate=translate)  # pragma: no cover - needs gradio
     app.launch(server_name=args.host, server_port=args.port)  # pragma: no cover
     return 0  # pragma: no cover

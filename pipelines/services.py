@@ -17,11 +17,20 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.tts_service import TTSService
 
-from agent.config import DTMFSettings, LLMSettings, STTSettings, TransferSettings, TTSSettings
+from agent.config import (
+    DTMFSettings,
+    LLMSettings,
+    STTSettings,
+    TransferSettings,
+    TranslationSettings,
+    TTSSettings,
+)
 from agent.llm import OfflineResponder, OpenAICompatibleLLMService, conversation_context
+from agent.llm.clients import shared_openai_client
 from agent.llm.keypresses import KeypressAggregator
 from agent.llm.phone_tools import send_dtmf_tool, transfer_call_tool
 from agent.llm.tools import tools_named
+from agent.llm.translation import TranslationSpec, Translator
 from agent.stt import VoxtralRealtimeSTTService, websocket_channel_factory
 from agent.stt.channels import ChannelFactory
 from agent.transports.call_control import CallControl
@@ -78,6 +87,29 @@ def llm_service(settings: LLMSettings) -> FrameProcessor:
             max_completion_tokens=NOT_GIVEN,
             extra={},
         ),
+    )
+
+
+def translator(settings: TranslationSettings, llm: LLMSettings) -> Translator:
+    """The translating client: ``llm``'s server, ``settings``' languages and instruction.
+
+    Raises:
+        ValueError: ``llm.base_url`` is not set (the settings refuse that combination at
+            load time; this is for callers that build their own).
+    """
+    if not llm.base_url:
+        raise ValueError("translation needs llm.base_url: an OpenAI-compatible chat server")
+    return Translator(
+        shared_openai_client(api_key=llm.api_key or "not-needed", base_url=llm.base_url),
+        model=settings.model or llm.model,
+        spec=TranslationSpec(
+            source_language=settings.source_language,
+            target_language=settings.target_language,
+            instruction=settings.instruction,
+        ),
+        temperature=settings.temperature,
+        max_tokens=settings.max_tokens,
+        timeout_s=settings.timeout_s,
     )
 
 

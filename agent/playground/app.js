@@ -19,6 +19,15 @@
  *   server-message {type: "turn-latency", turn, total_ms, stages_ms}   an answered turn's
  *                                      latency, each stage in ms from the end of the user's
  *                                      speech: drawn as a bar under the bot's reply
+ *   server-message {type: "translation", id, source, text, final, source_language,
+ *                   target_language}    a translation call (translation.enabled): the
+ *                                      translation of the user's utterance `id` so far, drawn
+ *                                      as its own bubble under the user's words; once one
+ *                                      came, the bot's text bubbles (the same words, spoken)
+ *                                      are not drawn, and a turn-latency bar goes under the
+ *                                      last translation (end of speech -> its first audio)
+ *   server-message {type: "translation-error", id, error}   why utterance `id` was not
+ *                                      translated, in its bubble
  *   bot-ready, error, error-response  status line
  *
  * The microphone level meter is measured here, in the page (Web Audio), from the same stream
@@ -50,6 +59,7 @@ let session = null; // {pc, dc, stream, pingTimer, pcId, sessionId}
 let userBubble = null; // {el, finals: [], interim: ""}
 let botBubble = null; // {el, segments: Map, order: [], tts: "", llm: "", latency: null}
 let meter = null; // {context, analyser, samples, level, frame}
+let translations = null; // a translation call: Map of utterance id -> its bubble
 
 function setStatus(text, kind) {
   ui.status.textContent = text;
@@ -66,7 +76,7 @@ function addBubble(kind) {
   el.className = "msg " + kind;
   const who = document.createElement("span");
   who.className = "who";
-  who.textContent = kind === "user" ? "You" : "Bot";
+  who.textContent = kind === "user" ? "You" : kind === "bot" ? "Bot" : kind;
   const body = document.createElement("span");
   body.className = "text";
   const interim = document.createElement("span");
@@ -127,6 +137,37 @@ function onBotOutput(data) {
   renderBot();
 }
 
+function translationBubble(id, language) {
+  if (!translations) translations = new Map();
+  if (!translations.has(id)) {
+    const el = addBubble("translation");
+    el.querySelector(".who").textContent = language ? "→ " + language : "→";
+    translations.set(id, el);
+    userBubble = null; // the next words are the next utterance
+  }
+  return translations.get(id);
+}
+
+function onTranslation(data) {
+  const el = translationBubble(data.id, data.target_language);
+  el.querySelector(".text").textContent = data.text || "";
+  el.querySelector(".interim").textContent = data.final ? "" : " …";
+  ui.transcript.scrollTop = ui.transcript.scrollHeight;
+}
+
+function onTranslationError(data) {
+  const el = translationBubble(data.id, "");
+  el.classList.add("failed");
+  el.querySelector(".text").textContent = "not translated: " + (data.error || "error");
+  el.querySelector(".interim").textContent = "";
+}
+
+function onServerMessage(data) {
+  if (data.type === "turn-latency") onTurnLatency(data);
+  else if (data.type === "translation") onTranslation(data);
+  else if (data.type === "translation-error") onTranslationError(data);
+}
+
 function stageTimes(stagesMs) {
   // Cumulative ms from the end of speech -> the ms each stage added (never negative).
   let reached = 0;
@@ -148,12 +189,18 @@ function el(tag, className, text) {
 function onTurnLatency(data) {
   const total = data.total_ms;
   if (typeof total !== "number") return;
-  if (botBubble && botBubble.latency != null && botBubble.latency !== data.turn) botBubble = null;
-  const b = ensureBot();
-  b.latency = data.turn;
+  let host;
+  if (translations && translations.size) { // a translation call: under the translation spoken
+    host = Array.from(translations.values()).pop();
+  } else {
+    if (botBubble && botBubble.latency != null && botBubble.latency !== data.turn) botBubble = null;
+    const b = ensureBot();
+    b.latency = data.turn;
+    host = b.el;
+  }
   const stages = stageTimes(data.stages_ms || {});
   const box = el("div", "latency");
-  box.title = "End of your speech → first audio of the answer";
+  box.title = "End of your speech → first audio of the " + (translations ? "translation" : "answer");
   const row = el("div", "latency-row");
   const track = el("span", "bar");
   const scale = Math.max(BAR_SCALE_MS, total);
@@ -176,8 +223,8 @@ function onTurnLatency(data) {
     legend.append(item);
   }
   box.append(row, legend);
-  const old = b.el.querySelector(".latency");
-  if (old) old.replaceWith(box); else b.el.append(box);
+  const old = host.querySelector(".latency");
+  if (old) old.replaceWith(box); else host.append(box);
   ui.transcript.scrollTop = ui.transcript.scrollHeight;
 }
 
@@ -230,12 +277,12 @@ function handleRtvi(msg) {
   switch (msg.type) {
     case "bot-ready": setStatus("Connected", "connected"); break;
     case "user-transcription": onUserText(data.text, !!data.final); break;
-    case "bot-output": onBotOutput(data); break;
-    case "bot-tts-text": { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); break; }
-    case "bot-llm-text": { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); break; }
+    case "bot-output": if (!translations) onBotOutput(data); break;
+    case "bot-tts-text": if (!translations) { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); } break;
+    case "bot-llm-text": if (!translations) { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); } break;
     case "vad-user-started-speaking": setHeard(true); break;
     case "vad-user-stopped-speaking": setHeard(false); break;
-    case "server-message": if (data.type === "turn-latency") onTurnLatency(data); break;
+    case "server-message": onServerMessage(data); break;
     case "bot-started-speaking": setPill(ui.botPill, true); break;
     case "bot-stopped-speaking": setPill(ui.botPill, false); break;
     case "error": case "error-response": showError(data.error || data.message || "server error"); break;
@@ -274,6 +321,7 @@ async function postJson(url, method, body) {
 
 async function connect() {
   showError("");
+  translations = null;
   ui.button.disabled = true;
   setStatus("Connecting…", "connecting");
   try {

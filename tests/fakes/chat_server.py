@@ -6,8 +6,9 @@ a ``finish_reason`` chunk, a usage chunk, ``data: [DONE]``. Asked with tools, it
 result is in the conversation it answers quoting it. Otherwise it streams ``answer`` a word
 at a time. A ``script`` replaces all that: given the conversation, it returns the text to say
 or a :class:`ToolCall` to make, as a model would decide (a test's model that transfers callers
-who ask for a person). Each answer waits ``first_token_delay_s`` first (a model's time to
-first token). ``GET /v1/models`` answers as readiness probes expect.
+who ask for a person), or a :class:`BrokenOff` answer that stops mid-stream. Each answer
+waits ``first_token_delay_s`` first (a model's time to first token). ``GET /v1/models``
+answers as readiness probes expect.
 
     with ChatServer() as chat:              # tests: a thread serves it, requests are recorded
         settings.llm.base_url = chat.base_url
@@ -37,7 +38,19 @@ class ToolCall:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-Script = Callable[[list[dict[str, Any]]], "str | ToolCall"]
+@dataclass(frozen=True)
+class BrokenOff:
+    """A scripted model whose answer stops mid-stream: ``text`` streams, then the connection
+    drops without the end of the response (a server crash or a cut line, as a client sees it)."""
+
+    text: str
+
+
+class _Cut(Exception):
+    """Raised inside the response body: the server drops the connection mid-response."""
+
+
+Script = Callable[[list[dict[str, Any]]], "str | ToolCall | BrokenOff"]
 """The conversation so far (``messages``) → what the model does next."""
 
 
@@ -50,6 +63,7 @@ class ChatServer(RouterServer):
             (off for benches).
         script: Decides every answer instead (see the module docstring).
         first_token_delay_s: How long each answer waits before its first chunk.
+        port: Where to serve (0: a free port).
     """
 
     def __init__(
@@ -59,6 +73,7 @@ class ChatServer(RouterServer):
         record: bool = True,
         script: Script | None = None,
         first_token_delay_s: float = 0.0,
+        port: int = 0,
     ) -> None:
         self.answer = answer
         self.script = script
@@ -67,7 +82,7 @@ class ChatServer(RouterServer):
         self.headers: list[dict[str, str]] = []
         self._record = record
         self._call_ids = itertools.count(1)  # per server, so a test's first tool call is call_1
-        super().__init__()
+        super().__init__(port=port)
         self.router.add_api_route("/v1/models", self._models, methods=["GET"])
         self.router.add_api_route("/v1/chat/completions", self._completions, methods=["POST"])
 
@@ -94,6 +109,9 @@ class ChatServer(RouterServer):
                 yield from _tool_call(
                     model, self._next_call_id(), decision.name, json.dumps(decision.arguments)
                 )
+            elif isinstance(decision, BrokenOff):
+                yield from list(_text(model, decision.text))[:-2]  # no finish, no usage
+                raise _Cut("the scripted answer breaks off here")
             else:
                 yield from _text(model, decision)
             yield "data: [DONE]\n\n"

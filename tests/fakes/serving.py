@@ -62,10 +62,10 @@ def tcp_connections_to(
 class BackgroundServer:
     """A uvicorn server on 127.0.0.1:0 in a daemon thread with its own event loop."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, port: int = 0) -> None:
         import uvicorn
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="test-server", daemon=True)
         self._error: BaseException | None = None
@@ -106,11 +106,12 @@ def background(app: Any) -> Iterator[str]:
 
 class RouterServer:
     """An OpenAI-style fake: its routes on ``self.router``, served in a background thread
-    (``with Fake() as fake:``) or mounted into another app."""
+    (``with Fake() as fake:``) or mounted into another app. ``port``: where to serve (0: any
+    free port; a given one lets a test bring a peer back where it was)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, port: int = 0) -> None:
         self.router = APIRouter()
-        self.port = 0
+        self.port = port
         self._server: BackgroundServer | None = None
 
     @property
@@ -129,7 +130,7 @@ class RouterServer:
         return app
 
     def start(self) -> Self:
-        self._server = BackgroundServer(self.app())
+        self._server = BackgroundServer(self.app(), port=self.port)
         self.port = self._server.start()
         return self
 

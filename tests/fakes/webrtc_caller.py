@@ -30,6 +30,8 @@ class SpeakingTrack(MediaStreamTrack):
         self._pts = 0
         self._start: float | None = None
         self.silent = False  # when True, frames stop: a frozen / vanished client
+        self.drained_at: float | None = None
+        """When the last queued sample went out (``time.monotonic()``): the end of speech."""
 
     def say(self, pcm_48k: bytes) -> float:
         """Queue speech; returns its duration in seconds."""
@@ -51,6 +53,8 @@ class SpeakingTrack(MediaStreamTrack):
             await asyncio.sleep(0.05)
         chunk = bytes(self._pending[: FRAME_SAMPLES * 2])
         del self._pending[: FRAME_SAMPLES * 2]
+        if chunk and not self._pending:
+            self.drained_at = time.monotonic()
         chunk = chunk.ljust(FRAME_SAMPLES * 2, b"\0")
         frame = av.AudioFrame.from_ndarray(
             np.frombuffer(chunk, "<i2").reshape(1, -1), format="s16", layout="mono"
@@ -73,6 +77,8 @@ class WebRTCClient:
         """When each loud frame of the bot's audio arrived (``time.monotonic()``)."""
         self.frames = 0
         self.messages: list[dict[str, Any]] = []
+        self.received_at: list[float] = []
+        """When each of ``messages`` arrived (``time.monotonic()``)."""
         self.pc_id: str | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self.pinging = True
@@ -99,7 +105,8 @@ class WebRTCClient:
                 try:
                     self.messages.append(json.loads(message))
                 except ValueError:
-                    pass
+                    return
+                self.received_at.append(time.monotonic())
 
         @self.pc.on("track")
         def _track(track: MediaStreamTrack) -> None:

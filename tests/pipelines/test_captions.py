@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
+from openai import AsyncOpenAI
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
 
+from agent.config import DEFAULT_TRANSLATION_INSTRUCTION
+from agent.llm.translation import TranslationSpec, Translator
 from agent.stt.audio import StreamConverter, silence
 from agent.stt.channels import websocket_channel_factory
 from agent.stt.client import TranscriptEvent
@@ -19,6 +23,8 @@ from agent.stt.service import VoxtralRealtimeSTTService
 from pipelines import captions
 from pipelines.captions import CaptionBoard, CaptionSession, to_stt_pcm
 from tests.conftest import requires_espeak
+from tests.fakes.chat_server import ChatServer
+from tests.fakes.serving import free_port
 from tests.fakes.speech import speech_at, word_error_rate
 
 
@@ -138,3 +144,98 @@ async def test_the_pages_microphone_callbacks_turn_browser_audio_into_captions(
     assert delay is not None
     total, wait, stt = delay_figures(delay)
     assert wait == round(1000 * VADParams().stop_secs) and total == wait + stt
+
+
+# ----------------------------------------------------------------------------- translation
+
+
+def test_translate_without_an_llm_exits_2_saying_what_to_set(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert captions.main(["--translate"]) == 2
+    assert "--translate needs an LLM to translate with: set llm.base_url" in (
+        capsys.readouterr().err
+    )
+
+
+def test_board_shows_each_line_with_its_translation_as_it_streams() -> None:
+    board = CaptionBoard()
+    first = board.show(TranscriptEvent("final", "good morning"))
+    second = board.show(TranscriptEvent("final", "thank you"))
+    assert first is not None and second is not None
+    first.translation, first.translated = "Bonjour.", True
+    second.translation = "Merci"
+    board.show(TranscriptEvent("interim", "see you"))
+    assert board.render() == "good morning\n→ Bonjour.\nthank you\n→ Merci …\nsee you …"
+    second.error = "cannot reach the LLM"
+    assert board.render().splitlines()[3] == "→ [not translated: cannot reach the LLM]"
+
+
+FRENCH = {"lights": "lumières", "kitchen": "cuisine", "turn": "allumez", "on": ""}
+
+
+def french(messages: list[dict[str, Any]]) -> str:
+    words = str(messages[-1]["content"]).lower().strip(".").split()
+    return " ".join(FRENCH.get(word, word) for word in words if FRENCH.get(word, word))
+
+
+def make_translating_session(asr_server_url: str, asr_model_name: str, llm_url: str) -> Any:
+    def make() -> CaptionSession:
+        service = VoxtralRealtimeSTTService(
+            channel_factory=websocket_channel_factory(asr_server_url),
+            settings=VoxtralRealtimeSTTService.Settings(model=asr_model_name),
+        )
+        spec = TranslationSpec(
+            source_language="English",
+            target_language="French",
+            instruction=DEFAULT_TRANSLATION_INSTRUCTION,
+        )
+        translator = Translator(
+            AsyncOpenAI(base_url=llm_url, api_key="not-needed"), model="m", spec=spec
+        )
+        return CaptionSession(service=service, vad=SileroVADAnalyzer(), translator=translator)
+
+    return make
+
+
+async def speak_into(handlers: captions.CaptionHandlers, sentence: str) -> str | None:
+    """What Gradio calls for one recording of ``sentence``: 48 kHz float chunks, then stop."""
+    pcm = silence(0.3, 48_000) + speech_at(sentence, 48_000) + silence(1.0, 48_000)
+    samples = np.frombuffer(pcm, "<i2").astype(np.float32) / 32768
+    state: dict[str, object] = {}
+    for offset in range(0, len(samples), 4800):
+        _, _, state = await handlers.on_audio((48_000, samples[offset : offset + 4800]), state)
+    text, _, _ = await handlers.on_stop(state)
+    return text
+
+
+@requires_espeak
+async def test_the_page_shows_each_caption_beside_its_translation(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    with ChatServer(script=french) as chat:
+        handlers = captions.CaptionHandlers(
+            make_translating_session(asr_server_url, asr_model_name, chat.base_url)
+        )
+        text = await speak_into(handlers, "turn on the lights in the kitchen")
+    assert text is not None
+    source, translation = text.splitlines()
+    assert word_error_rate("turn on the lights in the kitchen", source) <= 0.2, source
+    assert translation == "→ " + french([{"content": source}])
+    assert "lumières" in translation and "cuisine" in translation
+    assert [r["messages"][-1]["content"] for r in chat.requests] == [source]
+
+
+@requires_espeak
+async def test_the_page_says_why_a_caption_was_not_translated(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}/v1"
+    handlers = captions.CaptionHandlers(
+        make_translating_session(asr_server_url, asr_model_name, nobody)
+    )
+    text = await speak_into(handlers, "turn on the lights in the kitchen")
+    assert text is not None
+    source, translation = text.splitlines()
+    assert "lights" in source
+    assert translation.startswith(f"→ [not translated: cannot reach the LLM at {nobody}/")

@@ -35,6 +35,7 @@ from tests.agent.transports.stack import (
     stack_settings,
 )
 from tests.conftest import requires_chromium, requires_espeak
+from tests.fakes.chat_server import ChatServer
 from tests.fakes.speech import speech_at, words, write_wav
 from tests.fakes.speech_server import SpeechServer
 
@@ -291,3 +292,81 @@ async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_leve
             assert await browser.js("document.getElementById('connect').textContent") == "Connect"
         finally:
             await browser.close()
+
+
+SENTENCE = "please call me back tomorrow morning"
+FRENCH = {"please": "s'il vous plaît", "call": "appelez", "me": "moi", "back": "en retour",
+          "tomorrow": "demain", "morning": "matin"}  # fmt: skip
+
+
+def french(messages: list[dict[str, Any]]) -> str:
+    """A fixed word-by-word "translation" (the chat fake's script)."""
+    said = str(messages[-1]["content"]).lower().strip(".").split()
+    return " ".join(FRENCH.get(word, word) for word in said) + "."
+
+
+async def test_the_playground_shows_a_translation_call_as_it_is_translated(
+    asr_server_url: str, asr_model_name: str, tmp_path: Path
+) -> None:
+    """With ``translation.enabled`` the page shows the speaker's words and, under them, their
+    translation with its latency bar (the spoken translation is not drawn a second time as
+    the bot's reply)."""
+    with SpeechServer(voice="espeak") as tts, ChatServer(script=french) as chat:
+        settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
+        settings.llm = settings.llm.model_copy(update={"base_url": chat.base_url, "model": "m"})
+        settings.translation = settings.translation.model_copy(update={"enabled": True})
+        with (
+            running_server(settings) as (url, _app),
+            tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp,
+        ):
+            silence = bytes(2 * 48_000)
+            mic = silence * 4 + speech_at(SENTENCE, 48_000) + silence * 20
+            browser = Browser(
+                "about:blank", write_wav(Path(tmp) / "mic.wav", mic, 48_000), Path(tmp) / "p"
+            )
+            try:
+                await browser.attach()
+                await browser.send("Page.navigate", url=url + "/")
+                for _ in range(200):
+                    if await browser.js("document.readyState") == "complete" and (
+                        await browser.js("!!document.getElementById('connect')")
+                    ):
+                        break
+                    await asyncio.sleep(0.1)
+                await browser.js("document.getElementById('connect').click()")
+                await async_wait_for_page(
+                    browser,
+                    "Array.from(document.querySelectorAll('.msg.translation')).some(e => "
+                    "e.textContent.includes('demain matin.') && "
+                    "!e.querySelector('.interim').textContent)",
+                    what="the finished translation",
+                )
+                user = await browser.js(
+                    "Array.from(document.querySelectorAll('.msg.user .text'))"
+                    ".map(e => e.textContent).join(' ')"
+                )
+                shown = await browser.js(
+                    "Array.from(document.querySelectorAll('.msg.translation'))"
+                    ".map(e => [e.querySelector('.who').textContent, "
+                    "e.querySelector('.text').textContent])"
+                )
+                # Once it is spoken, its latency bar (end of speech → first audio) is under it.
+                await async_wait_for_page(
+                    browser, "!!document.querySelector('.msg.translation .latency')", what="a bar"
+                )
+                bot_bubbles = await browser.js("document.querySelectorAll('.msg.bot').length")
+                card = await browser.js(
+                    "(() => { const r = document.querySelector('main.card')"
+                    ".getBoundingClientRect(); return {x: r.x - 12, y: r.y - 12, "
+                    "width: r.width + 24, height: r.height + 24, scale: 1}; })()"
+                )
+                shot = await browser.send("Page.captureScreenshot", format="png", clip=card)
+                (tmp_path / "playground_translation.png").write_bytes(
+                    base64.b64decode(shot["data"])
+                )
+            finally:
+                await browser.close()
+    assert {"tomorrow", "morning"} <= set(words(user)), user
+    assert shown == [["→ French", french([{"content": user}])]], shown
+    assert bot_bubbles == 0
+    assert len(chat.requests) == 1
