@@ -186,6 +186,13 @@ class TurnSettings(_Section):
         description="Ask Smart Turn v3 too: with 'adaptive', a question ends early only if it "
         "agrees; with 'silence', it decides the end of turn (Pipecat's strategy).",
     )
+    text_check: Literal["asks", "unfinished"] = Field(
+        default="asks",
+        description="'adaptive' with Smart Turn: what the words must say for a turn Smart Turn "
+        "calls complete to end on the short wait: 'asks' (a question mark in any script, a "
+        "one- or two-word command, an English question or request) or 'unfinished' (only "
+        "that they do not stop on a word like 'to' or 'und'). See bench/results/turn_taking.md.",
+    )
     complete_wait_s: float = Field(
         default=0.0, ge=0, le=3, description="'adaptive': quiet before a complete question ends."
     )

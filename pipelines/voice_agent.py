@@ -160,6 +160,7 @@ def _user_params(turn: TurnSettings) -> LLMUserAggregatorParams:
             complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
             turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
+            text_check=turn.text_check,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:
