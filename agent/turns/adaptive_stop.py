@@ -276,6 +276,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def _judge(self, segment: int) -> None:
         assert self._analyzer is not None
         state, metrics = await self._analyzer.analyze_end_of_turn()
+        probability = getattr(metrics, "probability", None)
+        logger.debug(f"{self}: Smart Turn says {state.name.lower()} (p={probability})")
         if metrics is not None:
             await self.push_frame(MetricsFrame(data=[metrics]))
         if segment == self._segments_heard and not self._speaking:  # still this pause's
