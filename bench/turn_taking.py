@@ -107,6 +107,9 @@ class Outcome:
     false_ends: int
     """Answers that began (after a quiet gap) before the utterance's true end."""
     answered_after_s: float | None
+    waits: tuple[str, ...] = ()
+    """How each of the call's turns ended, as the adaptive strategy logs it: ``complete`` (the
+    short wait), ``waited`` (the upper bound), ``no words``; empty for other strategies."""
 
     @property
     def false_end(self) -> bool:
@@ -167,6 +170,7 @@ async def play_phone(
         end_s,
         false_ends=answer_starts(caller.loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
+        waits=taken_waits(),
     )
 
 
@@ -199,6 +203,22 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
         false_ends=answer_starts(loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
     )
+
+
+TURN_ENDS: list[str] = []
+"""The adaptive strategy's "turn ends (...)" log lines since the current call began."""
+
+
+def _turn_end_sink(message: Any) -> None:
+    text = str(message)
+    if "turn ends (" in text:
+        TURN_ENDS.append(text.split("turn ends (", 1)[1].split(")", 1)[0])
+
+
+def taken_waits() -> tuple[str, ...]:
+    waits = tuple(TURN_ENDS)
+    TURN_ENDS.clear()
+    return waits
 
 
 def answer_starts(loud_at: list[float], after: float, before: float, gap_s: float = 0.3) -> int:
@@ -244,13 +264,17 @@ async def measure(name: str, settings: Any, transports: list[str]) -> list[Row]:
 async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[Row]:
     """One server per configuration; the extended set on each line, phone calls, one row per
     language and line."""
+    from loguru import logger
+
     from agent.server import create_app
 
+    logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop")
     rows = []
     with background(create_app(settings)) as url:
         for noisy in lines:
             by_language: dict[str, Row] = {}
             for index, utterance in enumerate(extended()):
+                taken_waits()  # lines from the previous call's end belong to no call
                 row = by_language.setdefault(
                     utterance.language,
                     Row(name, "phone", language=utterance.language, line=line_name(noisy)),
@@ -282,16 +306,18 @@ def figures(row: Row) -> tuple[int, float, int, int, str]:
 def summary_extended(row: Row) -> str:
     false_ends, per_minute, missed, complete, latency = figures(row)
     heard = "audio decision" if row.language != "en" else "words + audio"
+    done = [o for o in row.outcomes if o.utterance.complete_question]
+    short = sum(o.waits[-1:] == ("complete",) for o in done)
     return (
         f"| {row.language} ({heard}) | {row.line} | {row.name} | {false_ends} | "
-        f"{per_minute:.1f} | {missed} of {complete} | {latency} |"
+        f"{per_minute:.1f} | {missed} of {complete} | {short} of {complete} | {latency} |"
     )
 
 
 EXTENDED_HEADER = [
     "| language | line | configuration | false ends | per minute of speech | missed ends "
-    "| complete turn → answer p50 / p95 |",
-    "|---|---|---|---|---|---|---|",
+    "| complete turns ended on the short wait | complete turn → answer p50 / p95 |",
+    "|---|---|---|---|---|---|---|---|",
 ]
 
 
@@ -344,12 +370,18 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
     ]
     for number, rows in enumerate(runs, 1):
         lines += ["", f"## Run {number}", "", *EXTENDED_HEADER, *map(summary_extended, rows)]
-    lines += ["", f"Per utterance, run {len(runs)} (false ends · answer heard after its end):", ""]
+    lines += [
+        "",
+        f"Per utterance, run {len(runs)} (false ends · answer heard after its end · how each "
+        "turn of the call ended):",
+        "",
+    ]
     for row in runs[-1]:
         marks = ", ".join(
             f"{o.utterance.kind}{'' if o.utterance.complete_question else ' (paused)'}: "
             f"{o.false_ends or 'ok'} · "
-            f"{'-' if o.answered_after_s is None else f'{o.answered_after_s:.2f} s'}"
+            f"{'-' if o.answered_after_s is None else f'{o.answered_after_s:.2f} s'} · "
+            f"{'/'.join(o.waits) or '-'}"
             for o in row.outcomes
         )
         lines.append(f"- {row.language}, {row.line}, {row.name}: {marks}")

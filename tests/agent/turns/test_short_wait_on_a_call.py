@@ -76,9 +76,7 @@ def trimmed(pcm: bytes) -> bytes:
     return samples[loud[0] : loud[-1] + 1].tobytes()
 
 
-def assert_answered_on_the_short_wait(
-    caller: TwilioCaller, ended: float, log: list[str]
-) -> None:
+def assert_answered_on_the_short_wait(caller: TwilioCaller, ended: float, log: list[str]) -> None:
     answered = caller.first_loud(ended)
     assert answered is not None, f"no answer within {ANSWER_WITHIN_S} s of the end of speech"
     print(f"answered {answered - ended:.2f} s after the end of speech")
