@@ -174,6 +174,21 @@ class TurnSettings(_Section):
     """When a user turn starts and ends (Silero VAD, the words, optionally Smart Turn)."""
 
     vad_start_secs: float = Field(default=0.2, gt=0, le=2)
+    vad_confidence: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Silero's speech probability a window needs (Pipecat: 0.7). 0.5 with "
+        "vad_min_volume 0.4 hears 73 of 78 one-word commands on a phone line, 36 at Pipecat's "
+        "values, with no more false starts on noise or breathing "
+        "(bench/results/vad_sensitivity.md).",
+    )
+    vad_min_volume: float = Field(
+        default=0.4,
+        ge=0,
+        lt=1,
+        description="The volume a window needs, 0-1 over -110..-10 LUFS (Pipecat: 0.6).",
+    )
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",

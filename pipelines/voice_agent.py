@@ -108,7 +108,12 @@ def build_voice_agent_task(
         merge_false_ends=turn.merge_false_ends,
     )
     vad = SharedSileroVADAnalyzer(
-        params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
+        params=VADParams(
+            start_secs=turn.vad_start_secs,
+            stop_secs=turn.vad_stop_secs,
+            confidence=turn.vad_confidence,
+            min_volume=turn.vad_min_volume,
+        )
     )
     transport_input = transport.input()
     if isinstance(transport_input, HostsVAD):

@@ -48,13 +48,18 @@ async def test_a_german_question_is_answered_on_the_short_wait(redacted_log: lis
 
 
 async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
-    asr_server_url: str, asr_model_name: str, redacted_log: list[str]
+    redacted_log: list[str],
 ) -> None:
-    """White noise 10 dB below the speech, over the whole call."""
-    speech = trimmed(speech_at("can you call me back tomorrow", 8000))
+    """White noise 10 dB below the speech, over the whole call. The words are what Voxtral
+    writes for them (tiny.en garbles a third of them at 10 dB: "and you call me Matt the
+    Mario"), so this is the audio's part: the VAD stops in the noise, Smart Turn hears the end
+    of a question through it, and the noise between words is this line's quiet."""
+    voxtral = RealtimePeer(model="voxtral-test", transcript="Where are you from?")
+    speech = trimmed(speech_at("where are you from", 8000))
     before, speech, after = line(speech, 8000, "white", 10, before_s=1.0, after_s=10.0)
-    with phone_server(asr_server_url, asr_model_name, max_calls=2) as (url, app):
-        caller, ended = await call(url, app, "CANOISYLINE", speech, before=before, after=after)
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
+            caller, ended = await call(url, app, "CANOISYLINE", speech, before=before, after=after)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
 
 
