@@ -60,7 +60,16 @@ GRID = [
     (0.1, 0.5, 0.4),
 ]
 """(start_secs, confidence, min_volume): one knob at a time from the default, then together."""
-DEFAULT = (0.2, 0.7, 0.6)
+PIPECAT = (0.2, 0.7, 0.6)
+"""Pipecat's ``VADParams`` (and ours before issue 20)."""
+
+
+def default() -> tuple[float, float, float]:
+    """Ours: ``turn.vad_start_secs``, ``turn.vad_confidence``, ``turn.vad_min_volume``."""
+    from agent.config import TurnSettings
+
+    turn = TurnSettings()
+    return turn.vad_start_secs, turn.vad_confidence, turn.vad_min_volume
 
 
 def espeak(word: str, language: str, speed: int) -> np.ndarray:
@@ -147,7 +156,8 @@ async def run() -> list[str]:
             heard[language][1] += 1
         total = sum(h for h, _ in heard.values()), sum(n for _, n in heard.values())
         false_starts = [await starts(pcm, params) / (NOISE_S / 60) for _, pcm in noises]
-        mark = " (default)" if (start_secs, confidence, min_volume) == DEFAULT else ""
+        setting = (start_secs, confidence, min_volume)
+        mark = " (ours)" if setting == default() else " (Pipecat's)" if setting == PIPECAT else ""
         rows.append(
             f"| {start_secs}{mark} | {confidence} | {min_volume} | {total[0]} of {total[1]} | "
             + " | ".join(f"{h}/{n}" for h, n in heard.values())
@@ -176,7 +186,8 @@ def main(argv: list[str]) -> int:
             f"{(time.monotonic() - began) / 60:.1f} min. Words: {len(WORDS)} languages, "
             f"{sum(map(len, WORDS.values()))} words x {len(SPEEDS)} rates x {len(LEVELS_DB)} "
             "levels (0, -10, -20 dB from espeak's level), each alone on an 8 kHz μ-law line. "
-            f"Noise: {NOISE_S:g} s of each, false starts per minute.",
+            f"Noise: {NOISE_S:g} s of each, false starts per minute (one start in a clip is "
+            f"{60 / NOISE_S:g} per minute; on babble it is one start the VAD never ends).",
             "",
             *rows,
         ]
