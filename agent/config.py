@@ -239,6 +239,21 @@ class TurnSettings(_Section):
     """When a user turn starts and ends (Silero VAD, the words, optionally Smart Turn)."""
 
     vad_start_secs: float = Field(default=0.2, gt=0, le=2)
+    vad_confidence: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Silero's speech probability a window needs (Pipecat: 0.7). 0.5 with "
+        "vad_min_volume 0.4 hears 73 of 78 one-word commands on a phone line, 36 at Pipecat's "
+        "values, with no more false starts on noise or breathing "
+        "(bench/results/vad_sensitivity.md).",
+    )
+    vad_min_volume: float = Field(
+        default=0.4,
+        ge=0,
+        lt=1,
+        description="The volume a window needs, 0-1 over -110..-10 LUFS (Pipecat: 0.6).",
+    )
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",
@@ -250,6 +265,13 @@ class TurnSettings(_Section):
         default=True,
         description="Ask Smart Turn v3 too: with 'adaptive', a question ends early only if it "
         "agrees; with 'silence', it decides the end of turn (Pipecat's strategy).",
+    )
+    text_check: Literal["asks", "unfinished"] = Field(
+        default="asks",
+        description="'adaptive' with Smart Turn: what the words must say for a turn Smart Turn "
+        "calls complete to end on the short wait: 'asks' (a question mark in any script, a "
+        "one- or two-word command, an English question or request) or 'unfinished' (only "
+        "that they do not stop on a word like 'to' or 'und'). See bench/results/turn_taking.md.",
     )
     complete_wait_s: float = Field(
         default=0.0, ge=0, le=3, description="'adaptive': quiet before a complete question ends."

@@ -3,7 +3,7 @@
 For each phrase of ``tests/fakes/paused_speech.py`` (a pause follows it, or the turn ends):
 what tiny.en writes for it (as our STT would send it, one final per stretch of speech),
 whether the words so far read as a complete question or request
-(:func:`agent.turns.completeness.looks_like_complete_question`), and Smart Turn v3's
+(:func:`agent.turns.completeness.asks_for_answer`), and Smart Turn v3's
 probability that the turn is complete, fed the audio so far two ways:
 
 - ``phone``: 8 kHz through μ-law and back (what a phone call carries), which Pipecat's
@@ -24,7 +24,7 @@ import numpy as np
 import soxr
 
 from agent.local.recognizer import WhisperRecognizer
-from agent.turns.completeness import looks_like_complete_question
+from agent.turns.completeness import asks_for_answer
 from tests.fakes.paused_speech import phrase_audio, utterances
 from tests.fakes.twilio_caller import from_ulaw, to_ulaw
 
@@ -61,7 +61,7 @@ def main() -> int:
             last = index == len(utterance.phrases) - 1
             print(
                 f"| {utterance.kind} | {'END' if last else 'pause'} | {text} | "
-                f"{'yes' if looks_like_complete_question(heard) else 'no'} | "
+                f"{'yes' if asks_for_answer(heard) else 'no'} | "
                 f"{p_phone:.2f} | {p_wide:.2f} |"
             )
             if not last:

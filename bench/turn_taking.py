@@ -17,10 +17,22 @@ offline responder, the TTS an instant tone; so the figures are about end-of-turn
 The configurations, in one process one after another: the old default (200 ms of silence),
 longer silences (``vad_stop_secs``, issue 13's sweep), Pipecat's Smart Turn strategy, and the
 adaptive end of turn (``agent.turns.adaptive_stop``) with the words alone or with Smart Turn,
-at two upper bounds. ``--runs 2`` repeats the sweep (figures on shared cores are noisy).
+at two upper bounds, and with the words as tie-breaker (``text_check``: they must ask for an
+answer, or may only veto an unfinished ending). ``--runs 2`` repeats the sweep (figures on
+shared cores are noisy).
+
+``--set extended`` plays the extended set instead (``tests.fakes.paused_speech.extended``: the
+paused English set, English short commands, answers, statements and unfinished sentences, and
+the same kinds in German, French and Spanish from espeak-ng), on each line of ``--noise``: clean,
+or white noise or babble made from the clean test speech (``tests.fakes.line_noise``) at 20
+and 10 dB below the speech, over the whole call (phone only: a noisy line is a phone line).
+Rows are per language and line; a complete turn there is any turn the bot should answer at
+once (question, command, answer, finished statement). The offline recognizer is English-only
+(tiny.en), so the German, French and Spanish rows test the audio decision (Smart Turn, the
+VAD) with whatever English words tiny.en makes of them; Voxtral would write their words.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--no-write]
+        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10] [--no-write]
 """
 
 from __future__ import annotations
@@ -39,7 +51,8 @@ from typing import Any
 import websockets
 
 from bench import machine, peers
-from tests.fakes.paused_speech import Utterance, utterances
+from tests.fakes.line_noise import NOISES, Noise, line
+from tests.fakes.paused_speech import Utterance, extended, utterances
 from tests.fakes.serving import background, free_port
 from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
@@ -47,8 +60,9 @@ from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "bench" / "results" / "turn_taking.md"
+EXTENDED_MD = ROOT / "bench" / "results" / "turn_taking_extended.md"
 ANSWER_WINDOW_S = 2.0
-AFTER_S = 3.5
+AFTER_S = 3.0
 """Silence the caller sends after the utterance: the answer window and a little more."""
 _SILENCE = {"end_of_turn": "silence", "smart_turn": False}
 _ADAPTIVE = {"end_of_turn": "adaptive", "vad_stop_secs": 0.2, "complete_wait_s": 0.0}
@@ -76,6 +90,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "smart_turn": True,
         "unfinished_wait_s": 1.3,
     },
+    "adaptive + Smart Turn decides, words veto only unfinished endings": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_check": "unfinished",
+    },
 }
 TRANSPORTS = ("phone", "webrtc")
 
@@ -87,6 +107,9 @@ class Outcome:
     false_ends: int
     """Answers that began (after a quiet gap) before the utterance's true end."""
     answered_after_s: float | None
+    waits: tuple[str, ...] = ()
+    """How each of the call's turns ended, as the adaptive strategy logs it: ``complete`` (the
+    short wait), ``waited`` (the upper bound), ``no words``; empty for other strategies."""
 
     @property
     def false_end(self) -> bool:
@@ -98,20 +121,47 @@ class Row:
     name: str
     transport: str = "phone"
     outcomes: list[Outcome] = field(default_factory=list)
+    language: str = ""
+    line: str = "clean"
 
 
-async def play_phone(base_url: str, utterance: Utterance, index: int) -> Outcome:
-    """One Twilio call: the utterance as 8 kHz μ-law, then silence."""
+Line = tuple[Noise, float] | None
+"""A noisy line: the noise and how far below the speech (dB); ``None``: a clean line."""
+
+
+def parse_line(text: str) -> Line:
+    if text == "clean":
+        return None
+    kind, _, snr = text.partition(":")
+    if kind not in NOISES or not snr:
+        raise ValueError(f"a line is 'clean' or NOISE:SNR_DB with NOISE in {NOISES}: {text!r}")
+    return kind, float(snr)  # type: ignore[return-value]
+
+
+def line_name(noisy: Line) -> str:
+    return "clean" if noisy is None else f"{noisy[0]} {noisy[1]:g} dB"
+
+
+async def play_phone(
+    base_url: str, utterance: Utterance, index: int, noisy: Line = None
+) -> Outcome:
+    """One Twilio call: the utterance as 8 kHz μ-law, then silence (or the line's noise
+    throughout)."""
     url = base_url.replace("http://", "ws://") + "/telephony/twilio/ws"
     pcm, end_s = utterance.audio(8000)
+    lead: list[str] = [SILENCE] * int(0.6 / FRAME_S)
+    tail: list[str] = [SILENCE] * int(AFTER_S / FRAME_S)
+    if noisy is not None:
+        before, pcm, after = line(pcm, 8000, noisy[0], noisy[1], before_s=0.6, after_s=AFTER_S)
+        lead, tail = payloads(to_ulaw(before)), payloads(to_ulaw(after))
     async with websockets.connect(url, compression=None) as ws:
         caller = TwilioCaller(ws, f"CA{index:06d}", stream_sid=f"MZ{index:06d}")
         await caller.start()
-        await caller.send([SILENCE] * int(0.6 / FRAME_S))
+        await caller.send(lead)
         began = time.monotonic()
         await caller.send(payloads(to_ulaw(pcm)))
         true_end = began + end_s
-        await caller.send([SILENCE] * int(AFTER_S / FRAME_S))
+        await caller.send(tail)
         await caller.stop()
         await caller.close()
     answer = caller.first_loud(true_end)
@@ -120,6 +170,7 @@ async def play_phone(base_url: str, utterance: Utterance, index: int) -> Outcome
         end_s,
         false_ends=answer_starts(caller.loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
+        waits=taken_waits(),
     )
 
 
@@ -152,6 +203,22 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
         false_ends=answer_starts(loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
     )
+
+
+TURN_ENDS: list[str] = []
+"""The adaptive strategy's "turn ends (...)" log lines since the current call began."""
+
+
+def _turn_end_sink(message: Any) -> None:
+    text = str(message)
+    if "turn ends (" in text:
+        TURN_ENDS.append(text.split("turn ends (", 1)[1].split(")", 1)[0])
+
+
+def taken_waits() -> tuple[str, ...]:
+    waits = tuple(TURN_ENDS)
+    TURN_ENDS.clear()
+    return waits
 
 
 def answer_starts(loud_at: list[float], after: float, before: float, gap_s: float = 0.3) -> int:
@@ -194,6 +261,66 @@ async def measure(name: str, settings: Any, transports: list[str]) -> list[Row]:
     return rows
 
 
+async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[Row]:
+    """One server per configuration; the extended set on each line, phone calls, one row per
+    language and line."""
+    from loguru import logger
+
+    from agent.server import create_app
+
+    logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop")
+    rows = []
+    with background(create_app(settings)) as url:
+        for noisy in lines:
+            by_language: dict[str, Row] = {}
+            for index, utterance in enumerate(extended()):
+                taken_waits()  # lines from the previous call's end belong to no call
+                row = by_language.setdefault(
+                    utterance.language,
+                    Row(name, "phone", language=utterance.language, line=line_name(noisy)),
+                )
+                row.outcomes.append(await play_phone(url, utterance, index, noisy))
+            for row in by_language.values():
+                rows.append(row)
+                print(summary_extended(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def figures(row: Row) -> tuple[int, float, int, int, str]:
+    """False ends, per minute of speech, missed ends, complete turns, latency p50 / p95."""
+    minutes = sum(o.speech_s for o in row.outcomes) / 60
+    false_ends = sum(o.false_ends for o in row.outcomes)
+    complete = [o for o in row.outcomes if o.utterance.complete_question]
+    missed = sum(
+        o.answered_after_s is None or o.answered_after_s > ANSWER_WINDOW_S for o in complete
+    )
+    delays = sorted(o.answered_after_s for o in complete if o.answered_after_s is not None)
+    latency = (
+        f"{1000 * statistics.median(delays):.0f} / {1000 * percentile(delays, 0.95):.0f} ms"
+        if delays
+        else "-"
+    )
+    return false_ends, false_ends / minutes, missed, len(complete), latency
+
+
+def summary_extended(row: Row) -> str:
+    false_ends, per_minute, missed, complete, latency = figures(row)
+    heard = "audio decision" if row.language != "en" else "words + audio"
+    done = [o for o in row.outcomes if o.utterance.complete_question]
+    short = sum(o.waits[-1:] == ("complete",) for o in done)
+    return (
+        f"| {row.language} ({heard}) | {row.line} | {row.name} | {false_ends} | "
+        f"{per_minute:.1f} | {missed} of {complete} | {short} of {complete} | {latency} |"
+    )
+
+
+EXTENDED_HEADER = [
+    "| language | line | configuration | false ends | per minute of speech | missed ends "
+    "| complete turns ended on the short wait | complete turn → answer p50 / p95 |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
 def summary(row: Row) -> str:
     """One table row: false ends, per minute of speech, missed ends, latency p50 / p95."""
     minutes = sum(o.speech_s for o in row.outcomes) / 60
@@ -218,6 +345,47 @@ def summary(row: Row) -> str:
 def percentile(ordered: list[float], q: float) -> float:
     """Nearest-rank percentile of a sorted list (with 3 questions, p95 is the slowest)."""
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+
+
+def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> str:
+    minutes = {
+        language: sum(u.audio(8000)[1] for u in extended() if u.language == language) / 60
+        for language in dict.fromkeys(u.language for u in extended())
+    }
+    complete = sum(u.complete_question for u in extended())
+    lines = [
+        "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
+        "",
+        f"`python -m bench.turn_taking --set extended --runs {len(runs)}`, "
+        f"{time.strftime('%Y-%m-%d')}, {machine.describe()}, shared with other sessions (load "
+        f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), {took_s / 60:.1f} min. "
+        f"{len(extended())} utterances per line ({complete} complete turns; minutes of speech: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in minutes.items())
+        + "), one phone call each. A false end is an answer heard before the utterance's true "
+        "end; a missed end is a complete turn with no answer heard within "
+        f"{ANSWER_WINDOW_S:g} s; latency is the end of a complete turn to the first bot audio "
+        "heard. de, fr, es: the offline recognizer is English-only (tiny.en), so these rows "
+        "test the audio decision (Smart Turn, the VAD), with whatever English words tiny.en "
+        "makes of the speech.",
+    ]
+    for number, rows in enumerate(runs, 1):
+        lines += ["", f"## Run {number}", "", *EXTENDED_HEADER, *map(summary_extended, rows)]
+    lines += [
+        "",
+        f"Per utterance, run {len(runs)} (false ends · answer heard after its end · how each "
+        "turn of the call ended):",
+        "",
+    ]
+    for row in runs[-1]:
+        marks = ", ".join(
+            f"{o.utterance.kind}{'' if o.utterance.complete_question else ' (paused)'}: "
+            f"{o.false_ends or 'ok'} · "
+            f"{'-' if o.answered_after_s is None else f'{o.answered_after_s:.2f} s'} · "
+            f"{'/'.join(o.waits) or '-'}"
+            for o in row.outcomes
+        )
+        lines.append(f"- {row.language}, {row.line}, {row.name}: {marks}")
+    return "\n".join(lines) + "\n"
 
 
 def render(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> str:
@@ -264,7 +432,10 @@ async def run(args: argparse.Namespace, asr_url: str) -> list[list[Row]]:
             rows: list[Row] = []
             for name in args.configs:
                 settings = settings_for(asr_url, tts.url, CONFIGS[name])
-                rows += await measure(name, settings, args.transports)
+                if args.set == "extended":
+                    rows += await measure_extended(name, settings, args.noise)
+                else:
+                    rows += await measure(name, settings, args.transports)
             runs.append(rows)
     return runs
 
@@ -274,8 +445,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--configs", help=f"semicolon list of: {'; '.join(CONFIGS)}")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="phone,webrtc")
     parser.add_argument("--runs", type=int, default=1, help="repeat the sweep (noise)")
+    parser.add_argument("--set", choices=("paused", "extended"), default="paused")
+    parser.add_argument(
+        "--noise",
+        default="clean,white:20,white:10,babble:20,babble:10",
+        help="the lines for --set extended: clean or white|babble:SNR_DB",
+    )
+    parser.add_argument("--output", type=Path, help="where to write the table")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
+    try:
+        args.noise = [parse_line(item.strip()) for item in args.noise.split(",") if item.strip()]
+    except ValueError as exc:
+        parser.error(str(exc))
     args.configs = [c.strip() for c in args.configs.split(";")] if args.configs else list(CONFIGS)
     args.transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     unknown = [c for c in args.configs if c not in CONFIGS]
@@ -285,9 +467,10 @@ def main(argv: list[str]) -> int:
         parser.error(f"--transports takes a comma list of {', '.join(TRANSPORTS)}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    for utterance in utterances():  # synthesize the set before anything is timed
-        utterance.audio(8000)
-        utterance.audio(CLIENT_RATE)
+    for utterance in extended() if args.set == "extended" else utterances():
+        utterance.audio(8000)  # synthesize the set before anything is timed
+        if args.set == "paused":
+            utterance.audio(CLIENT_RATE)
     port = free_port()
     argv_asr = [sys.executable, "-m", "agent.cli", "asr-server", "--port", str(port)]
     asr = subprocess.Popen(argv_asr, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -297,11 +480,13 @@ def main(argv: list[str]) -> int:
         runs = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime"))
     finally:
         peers.stop_process(asr)
-    report = render(runs, time.monotonic() - started, (load_before, os.getloadavg()[0]))
+    took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])
+    report = (render_extended if args.set == "extended" else render)(runs, took, load)
     print(report)
     if not args.no_write:
-        RESULTS_MD.write_text(report)
-        print(f"written to {RESULTS_MD}", file=sys.stderr)
+        output = args.output or (EXTENDED_MD if args.set == "extended" else RESULTS_MD)
+        output.write_text(report)
+        print(f"written to {output}", file=sys.stderr)
     return 0
 
 

@@ -108,7 +108,12 @@ def build_voice_agent_task(
         merge_false_ends=turn.merge_false_ends,
     )
     vad = SharedSileroVADAnalyzer(
-        params=VADParams(start_secs=turn.vad_start_secs, stop_secs=turn.vad_stop_secs)
+        params=VADParams(
+            start_secs=turn.vad_start_secs,
+            stop_secs=turn.vad_stop_secs,
+            confidence=turn.vad_confidence,
+            min_volume=turn.vad_min_volume,
+        )
     )
     transport_input = transport.input()
     if isinstance(transport_input, HostsVAD):
@@ -164,6 +169,7 @@ def _user_params(
             unfinished_wait_s=turn.unfinished_wait_s,
             turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
             late_final_s=late_final_s,
+            text_check=turn.text_check,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:

@@ -5,14 +5,18 @@ A fixed silence rule must choose between cutting people off at their clause paus
 wait ended 7 of 10 paused utterances in ``bench/turn_taking.py``) and answering every
 question late (an 800 ms wait). This strategy waits by what it hears:
 
-- The turn ends ``complete_wait_s`` after the end of speech (at once, by default) when the
-  words so far end with a complete question or request (:mod:`agent.turns.completeness`)
-  and, if a Smart Turn analyzer is given, Smart Turn v3 agrees from the audio (it hears
-  "um... what was it?" as a person still thinking, which the words cannot).
+- The turn ends ``complete_wait_s`` after the end of speech (at once, by default) when Smart
+  Turn v3 calls it complete from the audio (a multilingual model: it hears "um... what was
+  it?" as a person still thinking, which the words cannot) and the words, the tie-breaker
+  (:mod:`agent.turns.completeness`), agree: with ``text_check="asks"`` (the default) they must
+  ask for an answer (a question mark in any script, a one- or two-word command such as
+  "Stop.", an English question or request whose question mark the recognizer dropped); with
+  ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
+  Without Smart Turn the words alone decide, as with ``"asks"``.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
-  clause pause, and the hard upper bound for every turn. A statement waits too, because no
-  rule on the recognizer's text tells "I would like to book a table." from a clause that goes
-  on (it ends every fragment with a full stop).
+  clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
+  too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
+  table", 0.94), and no rule on the recognizer's text tells them from a finished statement.
 
 "End of speech" is the VAD's stop less its ``stop_secs``, so the waits do not grow when the
 recognizer is slow. Every path has a deadline of its own, so no turn is left to Pipecat's
@@ -32,10 +36,12 @@ recognizer is slow. Every path has a deadline of its own, so no turn is left to 
 - Speech before the deadline (a VAD start) cancels it, as in Pipecat's speech-timeout strategy.
 
 The waits are measured on the clock and, when the caller's audio reaches this strategy (it
-does when Smart Turn is on), also in that audio: on a busy server that reads audio late, a
-timer alone could fire while the words that break the quiet are still queued, and a short
-word the VAD let pass (it needs 200 ms of speech to report any) starts the quiet again. Either
-can hold a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
+does when Smart Turn is on), also in that audio, where quiet means quiet for this line: below
+a quarter of the caller's speech level and clearly above nothing but the line's own noise
+floor, so a steady hiss or a room's babble does not hold the turn open. On a busy server that
+reads audio late, a timer alone could fire while the words that break the quiet are still
+queued, and a short word the VAD let pass (it needs 200 ms of speech to report any) starts the
+quiet again. Either can hold a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
 
 Smart Turn gets the pipeline's audio (the STT passes it through) at the pipeline's rate; on a
 phone call that is 8 kHz, which Pipecat resamples to the 16 kHz the model was trained on
@@ -65,7 +71,7 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
-from agent.turns.completeness import looks_like_complete_question
+from agent.turns.completeness import asks_for_answer, ends_unfinished
 
 LATE_FINAL_S = 2.5
 """By default, how much longer than the upper bound a turn waits for a segment's transcript
@@ -86,6 +92,21 @@ Silero reports speech only after 200 ms of it (``vad_start_secs``), so one short
 two pauses ("apples... bread... milk") can pass unreported, and the two pauses would count
 as one long quiet."""
 
+FLOOR_MARGIN = 2.0
+"""A frame must be this many times the line's noise floor (+6 dB) to break the quiet: on a
+line with background noise at 10 dB below the speech, every frame of noise would otherwise
+count as sound (``SOUND_RATIO`` is -12 dB) and every unfinished turn would wait
+:data:`MAX_AUDIO_LAG_S` more."""
+
+FLOOR_TIME_S = 1.0
+"""How fast the noise floor follows the line's level between words (the time constant of its
+average over the frames the VAD calls quiet): slow enough that a short word in a pause barely
+moves it, fast enough to learn a line's noise from the second before the first word."""
+
+TEXT_CHECKS = ("asks", "unfinished")
+"""What the words must say for a turn Smart Turn calls complete to end on the short wait: that
+it asks for an answer, or only that it does not stop on an unfinished word."""
+
 
 class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     """A short wait after a complete question, the longer one (the upper bound) otherwise."""
@@ -97,6 +118,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         unfinished_wait_s: float = 1.3,
         turn_analyzer: BaseTurnAnalyzer | None = None,
         late_final_s: float = LATE_FINAL_S,
+        text_check: str = "asks",
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -109,6 +131,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 also needs; ``None`` trusts the words alone.
             late_final_s: How long past the upper bound a transcript still due is waited
                 for; past it the turn ends without those words.
+            text_check: The words' part when Smart Turn is on: ``"asks"`` (they must ask for
+                an answer) or ``"unfinished"`` (they may only veto an unfinished ending).
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -118,8 +142,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             )
         if late_final_s < 0:
             raise ValueError(f"late_final_s ({late_final_s}) must not be negative")
+        if text_check not in TEXT_CHECKS:
+            raise ValueError(f"text_check must be one of {TEXT_CHECKS}, not {text_check!r}")
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._late_final_s = late_final_s
+        self._text_check = text_check
         self._complete_wait_s = complete_wait_s
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
@@ -130,6 +157,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
         self._quiet_heard_s: float | None = None  # quiet audio seen since then (passthrough)
         self._speech_rms = 0.0  # the caller's level while the VAD hears speech
+        self._floor_rms: float | None = None  # the line's level while the VAD hears none
         # VAD segments whose transcript is due, and those given up on whose transcript may
         # still come. Kept across turns: the STT answers every segment, in order.
         self._segments_due = 0
@@ -218,19 +246,31 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         return ProcessFrameResult.CONTINUE
 
     def _measure(self, frame: InputAudioRawFrame) -> None:
-        """Learn the caller's speech level; count quiet audio after the VAD stop (a sound
-        starts the count again)."""
+        """Learn the caller's speech level and the line's noise floor; count quiet audio after
+        the VAD stop (a sound starts the count again)."""
         pcm = np.frombuffer(frame.audio, dtype=np.int16)
         if pcm.size == 0:
             return
         rms = float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2)))
+        seconds = pcm.size / max(frame.num_channels, 1) / frame.sample_rate
         if self._speaking:
             self._speech_rms = rms if self._speech_rms == 0 else 0.9 * self._speech_rms + 0.1 * rms
-        elif self._quiet_heard_s is not None:
-            if self._speech_rms > 0 and rms >= SOUND_RATIO * self._speech_rms:
+            return
+        if self._floor_rms is None:
+            # Before the first word the line carries only its noise; after it, a loud frame
+            # may be a word the VAD did not report, so the floor climbs from silence.
+            self._floor_rms = rms if self._speech_rms == 0 else 0.0
+        else:
+            self._floor_rms += min(1.0, seconds / FLOOR_TIME_S) * (rms - self._floor_rms)
+        if self._quiet_heard_s is not None:
+            if self._speech_rms > 0 and rms >= self._sound_level():
                 self._quiet_heard_s = 0.0
             else:
-                self._quiet_heard_s += pcm.size / max(frame.num_channels, 1) / frame.sample_rate
+                self._quiet_heard_s += seconds
+
+    def _sound_level(self) -> float:
+        """How loud a frame between words must be to count as sound, not quiet."""
+        return max(SOUND_RATIO * self._speech_rms, FLOOR_MARGIN * (self._floor_rms or 0.0))
 
     async def _ask_analyzer(self) -> None:
         """Have Smart Turn judge this pause on its own thread, while the recognizer finishes."""
@@ -244,6 +284,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def _judge(self, segment: int) -> None:
         assert self._analyzer is not None
         state, metrics = await self._analyzer.analyze_end_of_turn()
+        probability = getattr(metrics, "probability", None)
+        logger.debug(f"{self}: Smart Turn says {state.name.lower()} (p={probability})")
         if metrics is not None:
             await self.push_frame(MetricsFrame(data=[metrics]))
         if segment == self._segments_heard and not self._speaking:  # still this pause's
@@ -252,9 +294,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict_task = None
 
     def _complete(self) -> bool:
-        if not looks_like_complete_question(self._text):
+        """Whether the turn ends on the short wait: Smart Turn's verdict, the words as the
+        tie-breaker (the words alone without Smart Turn)."""
+        if self._analyzer is None:
+            return asks_for_answer(self._text)
+        if self._verdict != EndOfTurnState.COMPLETE:
             return False
-        return self._analyzer is None or self._verdict == EndOfTurnState.COMPLETE
+        if self._text_check == "unfinished":
+            return not ends_unfinished(self._text)
+        return asks_for_answer(self._text)
 
     def _deadline(self) -> float | None:
         """When the turn ends, from what is known now; ``None`` while nothing is to end."""

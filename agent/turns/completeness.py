@@ -1,24 +1,37 @@
-"""Does the transcript so far read like a finished question or request?
+# ruff: noqa: RUF001, RUF002 (the point of this module is other scripts' marks)
+"""What the transcript so far says about the end of the turn: the tie-breaker beside Smart
+Turn's audio verdict (:mod:`agent.turns.adaptive_stop`), never the decision on its own.
 
-People pause 300-900 ms inside sentences, and the recognizer (Whisper tiny.en offline) ends
+People pause 300-900 ms inside sentences, and a recognizer (Whisper tiny.en offline) ends
 every fragment it hears with a full stop: "I would like to book a table." is a whole sentence
-to it even when "for two people" follows. A full stop is therefore no evidence, and no rule on
-the words can tell a finished statement from a clause that goes on. Questions and requests
-are different: once asked, the person waits for the bot. So the one thing the words are
-trusted to say is "this asks for an answer":
+to it even when "for two people" follows. A full stop is therefore no evidence. Two things the
+words can say are trusted:
 
-- a question: the last sentence ends with a question mark, or opens with an auxiliary verb
-  ("is the store open today.", the word order English gives yes/no questions). A wh-word
-  alone is not enough ("when you get a moment, ..." is a clause, not a question);
-- a request: it opens with "please" or a verb in the imperative ("turn on the lights in the
-  kitchen", "call me back tomorrow"), after any filler ("ok", "um").
+- :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
+  article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French or
+  Spanish, and no question mark closes it. Such a turn is not over, whatever the audio says.
+- :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
-Either way it must not end on a word a sentence does not end on ("can you tell me the").
+  - a question mark from the recognizer, in any script (``?``, full-width ``？``, Arabic
+    ``؟``, Greek ``;``, Armenian ``՞``, Ethiopic ``፧``), which wins over the last word
+    ("Where are you from?", "Wann fängt der Film an?");
+  - a short command or answer: the whole turn is one or two words, closed by the recognizer
+    ("Stop.", "Cancel it.", "Yes.", "Nein."), not a greeting ("Hello there.": people go on);
+  - in English, where the recognizer may drop the question mark, the word order of a question
+    ("is the store open today.", "where are you from.": an auxiliary first, or a wh-word then
+    an auxiliary) or a request ("turn on the lights in the kitchen": please or an imperative
+    first), after any filler ("ok", "um").
+
+A statement asks for nothing: no rule on the words tells "I would like to book a table." from
+a clause that goes on, so with ``text_check="asks"`` (the default) it waits for the upper
+bound, and with ``"unfinished"`` Smart Turn alone decides it (``bench/turn_taking.py``
+measures both).
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 AUXILIARIES = frozenset(
     "is are was were am do does did can could will would shall should may might must "
@@ -27,41 +40,129 @@ AUXILIARIES = frozenset(
 )
 """Words that open a yes/no question when they come first."""
 
-TRAILING_WORDS = frozenset(
-    "and or but so because um uh er erm hmm like the a an to of for with from in on at my "
-    "your our their if then that which who when while".split()
+WH_WORDS = frozenset("what where when who whom whose which why how".split())
+"""Words that open a wh-question when an auxiliary follows ("where are you from")."""
+
+WH_CONTRACTIONS = frozenset(
+    "what's where's when's who's how's why's what're where're who're how're".split()
 )
-"""Words a finished question does not end on: conjunctions, fillers, articles, prepositions."""
+"""A wh-word and its auxiliary in one ("what's this for")."""
+
+PREPOSITIONS = frozenset("to of for with from in on at about by".split())
+"""Words an English question may end on ("where are you from") but a statement rarely does."""
+
+TRAILING_WORDS = (
+    frozenset(
+        # English: conjunctions, fillers, articles, possessives, relatives
+        "and or but so because um uh er erm hmm like the a an my your our their if then that "
+        "which who when while "
+        # German
+        "und oder aber weil dass denn der die das den dem des ein eine einen einem einer zu mit "
+        "für von bei äh ähm "
+        # French
+        "et ou mais parce que qui le la les un une des du au aux pour avec euh "
+        # Spanish
+        "y o pero porque el los las una del para con eh".split()
+    )
+    | PREPOSITIONS
+)
+"""Words a finished sentence does not end on, in the languages the bench speaks; only a
+question mark overrides them."""
 
 IMPERATIVES = frozenset(
     "please turn switch call book cancel tell give show send check find play stop start open "
     "close set remind read help put repeat transfer connect text email order change schedule "
     "add remove".split()
 )
-"""Words that open a request when they come first."""
+"""Words that open an English request when they come first."""
 
 FILLERS = frozenset("ok okay um uh er so hey hi hello well oh".split())
-"""Words skipped before judging how a sentence opens."""
+"""Words skipped before judging how an English sentence opens."""
 
-_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
-_WORD = re.compile(r"[a-z0-9']+")
+OPENERS = FILLERS | frozenset("hallo servus bonjour salut allô hola oye bueno".split())
+"""Greetings and fillers: a short turn that opens with one ("Hello there.", "Okay.") is how
+people start, often before a pause and the question; it is no command."""
+
+QUESTION_MARKS = frozenset("?\uff1f\u061f\u037e\u055e\u1367\u2e2e")
+"""``?``, full-width ``？``, Arabic ``؟``, Greek ``;`` (U+037E), Armenian ``՞``, Ethiopic ``፧``,
+reversed ``⸮``. A plain ``;`` counts in Greek text only (NFC turns U+037E into it)."""
+
+SENTENCE_ENDS = ".!?;\u3002\uff01\uff1f\u061f\u037e\u055e\u1367\u0964\u06d4\u2e2e"
+"""Marks that close a sentence: Latin, CJK (``。！？``), Arabic, Greek, Armenian, Ethiopic,
+Devanagari (``।``), Urdu (``۔``)."""
+
+SHORT_TURN_WORDS = 2
+"""A turn of at most this many words, closed by the recognizer, is a command or an answer."""
+
+_SENTENCE_END = re.compile(rf"(?<=[{re.escape(SENTENCE_ENDS)}])\s*")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+_GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
+_CLOSING = " \t\"'’”»)]}…"
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, lower-cased; each Chinese or Japanese character is a word."""
+    lowered = unicodedata.normalize("NFC", text).lower().replace("’", "'")
+    found: list[str] = []
+    for word in _WORD.findall(lowered):
+        if _CJK.search(word):
+            found.extend(ch for ch in word)
+        else:
+            found.append(word)
+    return found
 
 
 def last_sentence(text: str) -> str:
-    """The last sentence of ``text`` (the recognizer's punctuation decides), stripped."""
-    sentences = [s for s in _SENTENCE_END.split(text.strip()) if _WORD.search(s.lower())]
+    """The last sentence of ``text`` that has words (the recognizer's punctuation decides)."""
+    sentences = [s for s in _SENTENCE_END.split(text.strip()) if words(s)]
     return sentences[-1].strip() if sentences else ""
 
 
-def looks_like_complete_question(text: str) -> bool:
-    """Whether the words so far end with a whole question or request the bot should answer at
-    once."""
-    sentence = last_sentence(text)
-    words = _WORD.findall(sentence.lower())
-    if not words or words[-1] in TRAILING_WORDS:
+def ends_with_question_mark(sentence: str) -> bool:
+    """Whether the recognizer closed ``sentence`` with a question mark, in any script."""
+    stripped = sentence.rstrip(_CLOSING)
+    if not stripped:
         return False
-    if sentence.rstrip().endswith("?"):
+    mark = stripped[-1]
+    return mark in QUESTION_MARKS or (mark == ";" and bool(_GREEK.search(stripped)))
+
+
+def _closed(sentence: str) -> bool:
+    stripped = sentence.rstrip(_CLOSING)
+    return bool(stripped) and stripped[-1] in SENTENCE_ENDS
+
+
+def ends_unfinished(text: str) -> bool:
+    """Whether the words so far stop on a word a sentence does not end on ("I would like to",
+    "book a table for"), with no question mark to say otherwise."""
+    sentence = last_sentence(text)
+    found = words(sentence)
+    if not found:
         return True
-    while len(words) > 1 and words[0] in FILLERS:
-        words = words[1:]
-    return len(words) >= 3 and (words[0] in AUXILIARIES or words[0] in IMPERATIVES)
+    return not ends_with_question_mark(sentence) and found[-1] in TRAILING_WORDS
+
+
+def asks_for_answer(text: str) -> bool:
+    """Whether the words so far end with a question, a request or a short command the bot
+    should answer at once (in any language where the recognizer writes a question mark)."""
+    sentence = last_sentence(text)
+    found = words(sentence)
+    if not found:
+        return False
+    if ends_with_question_mark(sentence):
+        return True
+    if len(words(text)) <= SHORT_TURN_WORDS and _closed(sentence):
+        # "Stop.", "Cancel it.", but not "Um." nor "Hello there."
+        return found[-1] not in TRAILING_WORDS and found[0] not in OPENERS
+    while len(found) > 1 and found[0] in FILLERS:
+        found = found[1:]
+    question = (
+        found[0] in AUXILIARIES
+        or found[0] in WH_CONTRACTIONS
+        or (found[0] in WH_WORDS and len(found) > 1 and found[1] in AUXILIARIES)
+    )
+    last = found[-1]
+    if last in TRAILING_WORDS and not (question and last in PREPOSITIONS):
+        return False
+    return len(found) >= 3 and (question or found[0] in IMPERATIVES)

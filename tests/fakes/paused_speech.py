@@ -7,6 +7,10 @@ one by one) and every such pause ended the turn in a real call. Each :class:`Utt
 where its turn really ends (after its last phrase) and whether it is a complete question the
 bot should answer at once. The pause lengths are drawn once from a fixed seed: every clone and
 every run hears the same set.
+
+Beside it (:func:`extended`), for the multilingual, short-turn bench: English short commands,
+complete statements and unfinished ones with a pause (Piper), and the same kinds of turn in
+German, French and Spanish, spoken by espeak-ng's voices for them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,11 @@ class Utterance:
     phrases: tuple[str, ...]
     pauses_s: tuple[float, ...]
     complete_question: bool = False
-    """A short, complete question: the answer should start at once after it."""
+    """A complete turn (a question, a request, a command, a finished statement): the answer
+    should start at once after it."""
+    voice: str = "piper"
+    """Who speaks it: ``piper`` (English) or ``espeak:LANG`` (:func:`tests.fakes.speech.speak`)."""
+    language: str = "en"
 
     @property
     def text(self) -> str:
@@ -42,7 +50,7 @@ class Utterance:
         """PCM16 mono at ``sample_rate``, and the second at which the turn really ends."""
         parts: list[np.ndarray] = []
         for index, phrase in enumerate(self.phrases):
-            parts.append(_trimmed(phrase, sample_rate))
+            parts.append(_trimmed(phrase, sample_rate, self.voice))
             if index < len(self.pauses_s):
                 parts.append(np.zeros(int(self.pauses_s[index] * sample_rate), np.int16))
         audio = np.concatenate(parts)
@@ -53,14 +61,14 @@ class Utterance:
         return max(self.pauses_s, default=0.0)
 
 
-def phrase_audio(phrase: str, sample_rate: int) -> np.ndarray:
+def phrase_audio(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndarray:
     """One phrase as the set speaks it: PCM16 samples, trimmed to its first and last loud one."""
     return _trimmed(phrase, sample_rate)
 
 
 @cache
-def _trimmed(phrase: str, sample_rate: int) -> np.ndarray:
-    samples = np.frombuffer(speech_at(phrase, sample_rate, voice="piper"), np.int16)
+def _trimmed(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndarray:
+    samples = np.frombuffer(speech_at(phrase, sample_rate, voice=voice), np.int16)
     loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > TRIM_PEAK)
     return samples[loud[0] : loud[-1] + 1] if loud.size else samples
 
@@ -102,3 +110,61 @@ def utterances(seed: int = 14) -> tuple[Utterance, ...]:
         )
         for kind, phrases, complete in _SCRIPTS
     )
+
+
+_MORE: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "en": (
+        ("command", ("stop",), True),
+        ("command", ("cancel it",), True),
+        ("answer", ("yes",), True),
+        ("answer", ("no",), True),
+        ("statement", ("i would like to book a table for two people",), True),
+        ("unfinished", ("i would like to", "book a table for two"), False),
+        ("unfinished", ("book a table", "for two"), False),
+    ),
+    "de": (
+        ("question", ("wann fängt der film an",), True),
+        ("command", ("stopp",), True),
+        ("answer", ("nein",), True),
+        ("statement", ("ich möchte einen tisch für zwei personen reservieren",), True),
+        ("unfinished", ("ich möchte einen tisch", "für zwei personen reservieren"), False),
+    ),
+    "fr": (
+        ("question", ("quelle heure est il",), True),
+        ("command", ("arrêtez",), True),
+        ("answer", ("oui",), True),
+        ("statement", ("je voudrais réserver une table pour deux personnes",), True),
+        ("unfinished", ("je voudrais réserver", "une table pour deux personnes"), False),
+    ),
+    "es": (
+        ("question", ("qué hora es",), True),
+        ("command", ("para",), True),
+        ("answer", ("sí",), True),
+        ("statement", ("quisiera reservar una mesa para dos personas",), True),
+        ("unfinished", ("quisiera reservar", "una mesa para dos personas"), False),
+    ),
+}
+"""Per language: short commands and answers, a finished statement, and a sentence with a pause
+inside it, which must not be answered at the pause."""
+
+LANGUAGES = ("en", *(language for language in _MORE if language != "en"))
+
+
+@cache
+def extended(seed: int = 20) -> tuple[Utterance, ...]:
+    """The paused-speech set (English) and, per language of :data:`LANGUAGES`, short turns,
+    statements and paused sentences; pauses drawn from 300-900 ms with a fixed seed."""
+    rng = random.Random(seed)
+    more = tuple(
+        Utterance(
+            kind,
+            phrases,
+            tuple(round(rng.uniform(0.3, 0.9), 2) for _ in phrases[1:]),
+            complete,
+            voice="piper" if language == "en" else f"espeak:{language}",
+            language=language,
+        )
+        for language, scripts in _MORE.items()
+        for kind, phrases, complete in scripts
+    )
+    return utterances() + more

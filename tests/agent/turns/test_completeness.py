@@ -1,11 +1,13 @@
-"""Which transcripts read as a complete question or request: the one thing the words are
-trusted to say."""
+# ruff: noqa: RUF001 (other scripts' letters and marks are the point)
+"""What the words say about the end of the turn, the tie-breaker beside Smart Turn: whether
+they ask for an answer (in any script the recognizer writes a question mark in), and whether
+they stop on a word no sentence ends on."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.turns.completeness import last_sentence, looks_like_complete_question
+from agent.turns.completeness import asks_for_answer, ends_unfinished, last_sentence, words
 
 
 @pytest.mark.parametrize(
@@ -17,10 +19,28 @@ from agent.turns.completeness import last_sentence, looks_like_complete_question
         "Um... What was it?",  # the words can't hear hesitation; Smart Turn can
         "Turn on the lights in the kitchen.",
         "Okay, please call me back tomorrow morning.",
+        "Where are you from?",  # the question mark wins over the last word
+        "What's this for?",
+        "where are you from.",  # a wh-question without its question mark may end on "from"
+        "Who did you go with.",
+        "Wann fängt der Film an?",  # German: "an" is an English article, "?" wins
+        "Wie spät ist es?",
+        "¿Qué hora es?",
+        "Quelle heure est-il ?",  # French puts a space before it
+        "今何時ですか？",  # full-width
+        "كم الساعة الآن؟",  # Arabic
+        "Τι ώρα είναι;",  # Greek: the semicolon is its question mark
+        "Τι ώρα είναι\u037e",  # the Greek question mark code point itself
+        "Stop.",  # a short command: the whole turn is one or two words
+        "Cancel it.",
+        "Yes.",
+        "No.",
+        "Nein.",
+        "Call me.",  # short: Smart Turn hears whether it goes on
     ],
 )
-def test_questions_and_requests_are_complete(text: str) -> None:
-    assert looks_like_complete_question(text)
+def test_questions_requests_and_short_commands_ask_for_an_answer(text: str) -> None:
+    assert asks_for_answer(text)
 
 
 @pytest.mark.parametrize(
@@ -31,18 +51,23 @@ def test_questions_and_requests_are_complete(text: str) -> None:
         "So. I was wondering.",
         "My number is five.",
         "I would like to book a table for two people.",  # a statement: it may go on
-        "Call me.",  # too short to tell
-        "Is it the one with the?",
+        "Is it the one with the",
         "Can you",
+        "Um.",  # a filler alone is no command
+        "Hello there.",  # nor a greeting: the question comes after it
+        "Okay.",
+        "Stop",  # the recognizer has not closed it
+        "I need apples. Brad.",  # one word, but not the whole turn
+        "I would like to; really",  # an English semicolon is not a question mark
         "",
         "...",
     ],
 )
-def test_statements_and_fragments_are_not(text: str) -> None:
-    assert not looks_like_complete_question(text)
+def test_statements_and_fragments_do_not(text: str) -> None:
+    assert not asks_for_answer(text)
 
 
-def test_no_fragment_of_the_paused_speech_set_reads_as_complete_before_its_end() -> None:
+def test_no_fragment_of_the_paused_speech_set_asks_before_its_end() -> None:
     """Each phrase but the last, as tiny.en wrote it (offline probe), with what came before."""
     heard = [
         "I would like to book a table. for two people.",
@@ -53,9 +78,35 @@ def test_no_fragment_of_the_paused_speech_set_reads_as_complete_before_its_end()
         "Yesterday, after work. when I finally got home. after picking up the kit.",
         "I noticed that the heating was off.",
     ]
-    assert [t for t in heard if looks_like_complete_question(t)] == []
+    assert [t for t in heard if asks_for_answer(t)] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "unfinished"),
+    [
+        ("I would like to", True),
+        ("Book a table for", True),
+        ("Ich möchte einen", True),
+        ("Je voudrais réserver une table pour", True),
+        ("Quisiera reservar una mesa para", True),
+        ("Where are you from?", False),
+        ("Wann fängt der Film an?", False),
+        ("I would like to book a table.", False),
+        ("Stop.", False),
+        ("", True),  # no words: nothing to end
+    ],
+)
+def test_an_unfinished_ending_in_the_benchs_languages(text: str, unfinished: bool) -> None:
+    assert ends_unfinished(text) is unfinished
 
 
 def test_the_last_sentence_is_judged() -> None:
     assert last_sentence("What time is it? I need apples.") == "I need apples."
-    assert not looks_like_complete_question("What time is it? I need apples.")
+    assert not asks_for_answer("What time is it? I need apples.")
+    assert last_sentence("Wie spät ist es？ Danke。") == "Danke。"
+
+
+def test_chinese_and_japanese_characters_are_words() -> None:
+    """No spaces between words: a whole sentence is not one "short" word."""
+    assert words("今何時") == ["今", "何", "時"]
+    assert not asks_for_answer("我想订一张桌子。")
