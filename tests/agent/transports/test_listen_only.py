@@ -1,0 +1,195 @@
+"""Listen-only analytics streams: a carrier forks both tracks of a call a person handles; each
+track is transcribed as its own speaker through the offline ASR server, on a real server on
+loopback, for Twilio and for Telnyx (the carriers' protocol callers in
+:mod:`tests.fakes.both_tracks_caller`, espeak speech)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from fastapi import FastAPI
+
+from agent.transports.listen_only import decode_g711
+from agent.transports.telephony import twilio_signature
+from tests.agent.transports.carriers import Carrier
+from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
+from tests.conftest import requires_espeak
+from tests.fakes.both_tracks_caller import BothTracksStream, ring, timeline
+from tests.fakes.speech_server import SpeechServer
+from tests.fakes.telnyx_caller import PUBLIC_KEY, to_alaw
+from tests.fakes.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
+
+pytestmark = [requires_espeak, pytest.mark.timeout(120)]
+
+OPERATOR = "operator-secret"
+DESK = "+15550100"
+CALLER_SAYS = "what is the weather like in paris today"
+AGENT_SAYS = "please call me back tomorrow morning"
+
+
+def analytics_settings(asr_url: str, asr_model: str, tts_url: str, **analytics: Any) -> Any:
+    settings = stack_settings(asr_url=asr_url, asr_model=asr_model, tts_url=tts_url, max_calls=3)
+    settings.server.api_token = OPERATOR
+    settings.twilio.auth_token = TOKEN
+    settings.telnyx = settings.telnyx.model_copy(update={"public_key": PUBLIC_KEY})
+    settings.analytics = settings.analytics.model_copy(
+        update={"enabled": True, "dial": DESK, **analytics}
+    )
+    return settings
+
+
+@pytest.fixture(scope="module")
+def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, FastAPI]]:
+    with SpeechServer(voice="espeak") as tts:
+        settings = analytics_settings(asr_server_url, asr_model_name, tts.url)
+        with running_server(settings) as running:
+            yield running
+
+
+def words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+
+
+def test_g711_decoding_matches_the_reference_codec() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop
+    every_byte = bytes(range(256))
+    assert decode_g711(every_byte, "PCMU") == audioop.ulaw2lin(every_byte, 2)
+    assert decode_g711(every_byte, "PCMA") == audioop.alaw2lin(every_byte, 2)
+    assert to_alaw  # the Telnyx caller's A-law is the same codec
+
+
+async def test_both_tracks_are_transcribed_each_as_its_own_speaker(
+    server: tuple[str, FastAPI], carrier: Carrier
+) -> None:
+    url, app = server
+    registry = app.state.registry
+    call_sid = f"CA-both-{carrier.name}"
+    forked = await ring(url, carrier.name, call_sid)
+    assert forked.dial == DESK
+    tracks = timeline(
+        [(0.4, "inbound", ulaw_speech(CALLER_SAYS)), (4.2, "outbound", ulaw_speech(AGENT_SAYS))],
+        total_s=8.0,
+    )
+    async with websockets.connect(forked.url) as ws:
+        stream = BothTracksStream(ws, carrier.name, call_sid)
+        await stream.start(forked.parameters)
+        await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="a call slot")
+        call = registry.calls()[0]
+        assert call.kind == f"{carrier.name}-analytics"
+        await stream.play(tracks)
+        await stream.stop()
+        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await stream.close()
+    record = call.as_record()
+    assert record["end_reason"] == "caller hung up"
+    said = [(u["speaker"], words(u["text"])) for u in record["utterances"]]
+    assert said == [("caller", words(CALLER_SAYS)), ("agent", words(AGENT_SAYS))]
+    caller, agent = record["utterances"]
+    # Where each was said on the call's clock (the speech starts ~0.1 s into its audio).
+    assert 0.3 <= caller["start_s"] <= 0.9 and caller["end_s"] <= 4.0
+    assert 4.1 <= agent["start_s"] <= 4.7 and agent["end_s"] <= 8.0
+    assert record["user_transcript"] == [] and record["analysis"] is None
+
+
+async def test_overlapping_speech_keeps_both_speakers_words(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    registry = app.state.registry
+    forked = await ring(url, "twilio", "CA-overlap")
+    tracks = timeline(
+        [(0.4, "inbound", ulaw_speech(CALLER_SAYS)), (1.2, "outbound", ulaw_speech(AGENT_SAYS))],
+        total_s=5.5,
+    )
+    async with websockets.connect(forked.url) as ws:
+        stream = BothTracksStream(ws, "twilio", "CA-overlap")
+        await stream.start(forked.parameters)
+        await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="a call slot")
+        call = registry.calls()[0]
+        await stream.play(tracks)
+        await stream.stop()
+        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await stream.close()
+    by_speaker = {u["speaker"]: u for u in call.as_record()["utterances"]}
+    assert words(by_speaker["caller"]["text"]) == words(CALLER_SAYS)
+    assert words(by_speaker["agent"]["text"]) == words(AGENT_SAYS)
+    assert by_speaker["agent"]["start_s"] < by_speaker["caller"]["end_s"]  # they overlapped
+
+
+async def test_the_webhook_is_checked_like_the_agents(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    started = app.state.registry.stats.started
+    async with httpx.AsyncClient() as http:
+        unsigned = await http.post(url + "/analytics/twilio", data={"CallSid": "CA1"})
+        forged = await http.post(
+            url + "/analytics/telnyx",
+            content=b"CallSid=CA1",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+    assert unsigned.status_code == 403 and forged.status_code == 403
+    assert "<Stream" not in unsigned.text + forged.text
+    assert app.state.registry.stats.started == started
+
+
+async def test_a_stream_without_an_analytics_token_is_refused(server: tuple[str, FastAPI]) -> None:
+    url, app = server
+    started = app.state.registry.stats.started
+    ws_url = url.replace("http://", "ws://") + "/analytics/twilio/ws"
+    async with websockets.connect(ws_url) as ws:
+        caller = TwilioCaller(ws, "CA-stranger")
+        # The agent's own stream token, valid for the agent's stream, opens no analytics one.
+        await caller.start(caller.stream_token(), tracks=("inbound", "outbound"))
+        await asyncio.wait_for(caller.closed.wait(), 5)
+        assert ws.close_code == 1008 and ws.close_reason == "unauthorized stream"
+        await caller.close()
+    assert app.state.registry.stats.started == started
+
+
+async def test_drain_ends_a_listen_only_stream_with_going_away(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = analytics_settings(asr_server_url, asr_model_name, tts.url)
+        settings.server.drain_timeout_s = 0.5
+        with running_server(settings) as (url, app):
+            forked = await ring(url, "twilio", "CA-drain")
+            registry = app.state.registry
+            async with websockets.connect(forked.url) as ws:
+                stream = BothTracksStream(ws, "twilio", "CA-drain")
+                await stream.start(forked.parameters)
+                await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="slot")
+                playing = asyncio.create_task(stream.play(timeline([], total_s=10)))
+                loop = registry.calls()[0].task.get_loop()
+                asyncio.run_coroutine_threadsafe(registry.drain(timeout_s=0.5), loop)
+                await asyncio.wait_for(stream.caller.closed.wait(), 10)
+                playing.cancel()
+                await asyncio.gather(playing, return_exceptions=True)
+                assert ws.close_code == 1001
+                await stream.close()
+            await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the end")
+            ended = registry.recent()[-1]
+            assert ended.end_reason == "drain" and registry.stats.active == 0
+
+
+async def test_a_full_server_still_connects_the_caller_without_a_stream(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = analytics_settings(asr_server_url, asr_model_name, tts.url)
+        with running_server(settings) as (url, app):
+            app.state.registry._closing = True  # draining: no new slot
+            async with httpx.AsyncClient() as http:
+                form = {"CallSid": "CA-full"}
+                signature = twilio_signature(url + "/analytics/twilio", form, TOKEN)
+                answer = await http.post(
+                    url + "/analytics/twilio", data=form, headers={"X-Twilio-Signature": signature}
+                )
+            assert answer.status_code == 200
+            assert "<Stream" not in answer.text and f"<Number>{DESK}</Number>" in answer.text
