@@ -53,6 +53,7 @@ from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from agent.analytics import redaction
 from agent.analytics.operator import operator_router
 from agent.analytics.post_call import PostCallAnalysis
 from agent.analytics.store import AnalyticsCalls
@@ -333,7 +334,9 @@ class ObservedCalls:
             on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
         idle = IdleCallWatch(worker, on_timeout=lambda: call.end_because("idle"))
-        observers: list[BaseObserver] = [latency, CallRecordObserver(call, latency=latency), idle]
+        redact = redaction.redact if self._settings.records.redact else None
+        record = CallRecordObserver(call, latency=latency, redact=redact)
+        observers: list[BaseObserver] = [latency, record, idle]
         if self._recordings is not None:
             observers.append(self._recordings.recorder(call))
         observe_inline(worker, observers)

@@ -48,8 +48,8 @@ _GAP = re.compile(r"[\s\-.,()/]*")
 
 _EMAIL = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _SPOKEN_EMAIL = re.compile(
-    r"\b[a-z0-9_]+(?:\s+(?:dot|underscore)\s+[a-z0-9_]+)*\s+at\s+[a-z0-9-]+"
-    r"(?:\s+dot\s+[a-z]{2,})+\b",
+    r"\b[a-z0-9_.]+(?:\s+(?:dot|underscore)\s+[a-z0-9_]+)*\s+at\s+[a-z0-9-]+"
+    r"(?:(?:\s+dot\s+|\.)[a-z]{2,})+\b",
     re.IGNORECASE,
 )
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b", re.IGNORECASE)

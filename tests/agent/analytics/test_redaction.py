@@ -59,6 +59,7 @@ def test_account_numbers_and_digits_with_oh_are_redacted() -> None:
     [
         "write to jane.doe@example.com today",
         "write to jane dot doe at example dot com today",
+        "write to jane.doe at example.com today",
     ],
 )
 def test_email_addresses_are_redacted_written_or_spoken(said: str) -> None:

@@ -193,3 +193,39 @@ async def test_a_full_server_still_connects_the_caller_without_a_stream(
                 )
             assert answer.status_code == 200
             assert "<Stream" not in answer.text and f"<Number>{DESK}</Number>" in answer.text
+
+
+CARD_SAID = "my card number is 4111 1111 1111 1111"
+PHONE_SAID = "my phone number is five five five, zero one two, three four five six"
+
+
+async def test_numbers_said_on_the_call_are_redacted_before_they_are_kept(
+    server: tuple[str, FastAPI],
+) -> None:
+    """Piper's voice: the offline recognizer writes its digits as digits ("4,111,111,…",
+    "555-012-3456"); espeak's spoken digits send it into long repetitions."""
+    url, app = server
+    registry = app.state.registry
+    forked = await ring(url, "twilio", "CA-numbers")
+    tracks = timeline(
+        [
+            (0.3, "inbound", ulaw_speech(CARD_SAID, voice="piper")),
+            (0.3, "outbound", ulaw_speech(PHONE_SAID, voice="piper")),
+        ],
+        total_s=len(ulaw_speech(CARD_SAID, voice="piper")) / 8000 + 1.5,
+    )
+    async with websockets.connect(forked.url) as ws:
+        stream = BothTracksStream(ws, "twilio", "CA-numbers")
+        await stream.start(forked.parameters)
+        await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="a call slot")
+        call = registry.calls()[0]
+        await stream.play(tracks)
+        await stream.stop()
+        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await stream.close()
+    record = call.as_record()
+    by_speaker = {u["speaker"]: u["text"] for u in record["utterances"]}
+    assert "[card number]" in by_speaker["caller"], by_speaker
+    assert "[phone number]" in by_speaker["agent"], by_speaker
+    assert not any(ch.isdigit() for text in by_speaker.values() for ch in text), by_speaker
+    assert record["attributes"]["redacted"] == "true"
