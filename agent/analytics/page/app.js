@@ -157,10 +157,12 @@ function apply(event) {
     state.ended = true;
     state.endS = nowS();
     state.speaking = {};
+    refreshCalls();
   } else if (event.type === "analysis") {
     showAnalysis(event.analysis);
   }
   $("call-state").textContent = state.ended ? "ended" : "live";
+  document.querySelector(".interims").hidden = state.ended;
   renderTranscript();
   drawTimeline();
 }
