@@ -325,7 +325,10 @@ class ListenOnlyStreams:
         logger.info(f"call {call.id}: listen-only stream, both tracks ({codec})")
         tracks: dict[str, _Track] = {
             track: _Track(
-                self._transcriber(TELEPHONY_SAMPLE_RATE, _relay(call, conversation, speaker)),
+                self._transcriber(
+                    TELEPHONY_SAMPLE_RATE,
+                    _relay(call, conversation, speaker, count_error=self._count_bad_input),
+                ),
                 codec,
             )
             for track, speaker in TRACK_SPEAKERS.items()
@@ -440,9 +443,14 @@ async def _close_all(tracks: dict[str, _Track], *, finish: bool) -> None:
 
 
 def _relay(
-    call: Call, conversation: Conversation, speaker: Speaker
+    call: Call,
+    conversation: Conversation,
+    speaker: Speaker,
+    *,
+    count_error: Callable[[str, str], None],
 ) -> Callable[[TranscriptEvent], None]:
-    """One track's transcript events, into the conversation as that speaker."""
+    """One track's transcript events, into the conversation as that speaker (STT errors into
+    the call's record and ``voice_agent_errors_total{kind="analytics_stt"}``)."""
 
     def on_event(event: TranscriptEvent) -> None:
         if event.kind == "speech_started" and event.audio_s is not None:
@@ -453,9 +461,11 @@ def _relay(
             conversation.interim(speaker, event.text)
         elif event.kind == "final":
             conversation.final(speaker, event.text)
-        elif event.kind == "error" and len(call.errors) < MAX_ERRORS:
-            call.errors.append(
-                {"processor": f"stt ({speaker})", "fatal": event.fatal, "message": event.text}
-            )
+        elif event.kind == "error":
+            count_error("analytics_stt", "fatal" if event.fatal else "recoverable")
+            if len(call.errors) < MAX_ERRORS:
+                call.errors.append(
+                    {"processor": f"stt ({speaker})", "fatal": event.fatal, "message": event.text}
+                )
 
     return on_event
