@@ -232,3 +232,36 @@ async def test_numbers_said_on_the_call_are_redacted_before_they_are_kept(
     assert "[phone number]" in by_speaker["agent"], by_speaker
     assert not any(ch.isdigit() for text in by_speaker.values() for ch in text), by_speaker
     assert record["attributes"]["redacted"] == "true"
+
+
+async def test_malformed_messages_are_counted_and_ignored_and_the_call_goes_on(
+    server: tuple[str, FastAPI],
+) -> None:
+    url, app = server
+    registry = app.state.registry
+    forked = await ring(url, "twilio", "CA-garbage")
+    async with websockets.connect(forked.url) as ws:
+        stream = BothTracksStream(ws, "twilio", "CA-garbage")
+        await stream.start(forked.parameters)
+        await async_wait_for(lambda: registry.stats.active == 1, timeout_s=5, what="a call slot")
+        call = registry.calls()[0]
+        for junk in (
+            b"\x00binary",
+            "not json",
+            '{"event": "media", "media": {"track": "sideways", "payload": "AAAA"}}',
+            '{"event": "media", "media": {"track": "inbound", "payload": "***"}}',
+            '{"event": "media", "media": "no object"}',
+            '{"event": "mark", "mark": {"name": "x"}}',
+            "[1, 2, 3]",
+        ):
+            await ws.send(junk)
+        await stream.play(timeline([(0.3, "inbound", ulaw_speech(CALLER_SAYS))], total_s=4.5))
+        await stream.stop()
+        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await stream.close()
+    (utterance,) = call.as_record()["utterances"]
+    assert utterance["speaker"] == "caller" and heard(utterance["text"], CALLER_SAYS)
+    async with httpx.AsyncClient() as http:
+        metrics = (await http.get(url + "/metrics")).text
+    bad = [line for line in metrics.splitlines() if 'kind="twilio-analytics_message"' in line]
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in bad) >= 5, bad
