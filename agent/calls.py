@@ -124,6 +124,11 @@ class Call:
     the first reason given wins (:meth:`end_because`)."""
     attributes: dict[str, str] = field(default_factory=dict)
     """Facts from the carrier or the transport: call and stream SIDs, answering-machine result."""
+    utterances: list[dict[str, Any]] | None = None
+    """A listen-only analytics call's diarized transcript (speaker, start_s, end_s, text; see
+    :mod:`agent.analytics.conversation`); ``None`` for the agent's own calls."""
+    analysis: dict[str, Any] | None = None
+    """The post-call summary of an analytics call (:mod:`agent.analytics.post_call`)."""
 
     @property
     def user_transcript(self) -> list[str]:
@@ -154,6 +159,11 @@ class Call:
             "recording": self.recording,
             "user_transcript": self.user_transcript,
             "bot_transcript": self.bot_transcript,
+            **(
+                {"utterances": list(self.utterances), "analysis": self.analysis}
+                if self.utterances is not None
+                else {}
+            ),
         }
 
     def end_because(self, reason: str) -> None:

@@ -548,6 +548,12 @@ class RecordsSettings(_Section):
         "<directory>/recordings/YYYY-MM-DD/<call id>.wav. Mind consent (README).",
     )
 
+    redact: bool = Field(
+        default=False,
+        description="Redact card, account and phone numbers, e-mails and IBANs from the "
+        "agent's call records (what the caller and the bot said) before they are kept.",
+    )
+
     @field_validator("directory")
     @classmethod
     def _absolute(cls, directory: Path | None) -> Path | None:
@@ -560,6 +566,49 @@ class RecordsSettings(_Section):
             raise ValueError(
                 "records.recording needs records.directory (set "
                 "VOICE_AGENT_RECORDS__DIRECTORY to where recordings may go)"
+            )
+        return self
+
+
+class AnalyticsSettings(_Section):
+    """Contact-centre analytics: listen-only both-tracks streams, transcribed per speaker."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Serve the analytics webhooks and streams (/analytics/twilio, "
+        "/analytics/telnyx) and the live view (/analytics, needs server.api_token).",
+    )
+    dial: str | None = Field(
+        default=None,
+        description="Where the analytics webhook connects the caller once the stream has "
+        "started (the human agent: an E.164 number or a SIP URI): <Start><Stream "
+        'track="both_tracks"/></Start><Dial>dial</Dial>.',
+    )
+    redact: bool = Field(
+        default=True,
+        description="Redact card, account and phone numbers, e-mails and IBANs from analytics "
+        "transcripts (records, live view, summaries) before they are kept or shown.",
+    )
+    history: int = Field(
+        default=500, ge=1, description="Ended analytics calls kept in memory for search."
+    )
+    summary_prompt_version: str = Field(
+        default="summary-v1",
+        description="Recorded beside each summary; change it when you change the prompt.",
+    )
+    summary_attempts: int = Field(
+        default=3, ge=1, le=10, description="Tries per post-call summary (backoff between)."
+    )
+    summary_workers: int = Field(
+        default=2, ge=1, le=32, description="Summaries written at once, off the calls' path."
+    )
+
+    @model_validator(mode="after")
+    def _dial_when_enabled(self) -> AnalyticsSettings:
+        if self.enabled and not self.dial:
+            raise ValueError(
+                "analytics.enabled needs analytics.dial: the number or SIP URI the webhook "
+                "connects callers to (set VOICE_AGENT_ANALYTICS__DIAL)"
             )
         return self
 
@@ -585,6 +634,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     records: RecordsSettings = RecordsSettings()
     translation: TranslationSettings = TranslationSettings()
+    analytics: AnalyticsSettings = AnalyticsSettings()
 
     @model_validator(mode="after")
     def _translation_needs_llm(self) -> Settings:

@@ -20,6 +20,9 @@ transports. Routes:
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
   (see :mod:`agent.transports.telephony`); Telnyx, with ``telnyx.public_key`` set:
   ``POST /telephony/telnyx``, ``WS /telephony/telnyx/ws`` (:mod:`agent.transports.telnyx`).
+- Call analytics, with ``analytics.enabled``: ``POST /analytics/{twilio,telnyx}``, ``WS
+  /analytics/{twilio,telnyx}/ws`` (:mod:`agent.transports.listen_only`), the live view and
+  record search under ``/analytics`` (:mod:`agent.analytics.operator`).
 - The offline playground at ``/`` and ``/client`` (files under ``/playground/``).
 
 It is the only composer: it builds each call's worker from the pipeline factory
@@ -51,6 +54,10 @@ from pipecat.pipeline.worker import PipelineWorker
 from pipecat.transports.base_transport import BaseTransport
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from agent.analytics import redaction
+from agent.analytics.operator import operator_router
+from agent.analytics.post_call import PostCallAnalysis
+from agent.analytics.store import AnalyticsCalls
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
 from agent.credentials import same_secret
@@ -67,11 +74,13 @@ from agent.observability.record_sink import RecordSink
 from agent.observability.tracing import Tracing, setup_tracing
 from agent.observability.turn_latency import TurnLatencyObserver
 from agent.stt.channels import bearer_auth
+from agent.transports.listen_only import ListenOnlyStreams
 from agent.transports.outbound import OutboundCalls, OutboundUnavailable
 from agent.transports.telephony import TelephonyCalls, http_base_url
 from agent.transports.traits import traits_of
 from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
+from pipelines.analytics import track_transcription
 from pipelines.translation import build_translation_task
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -119,6 +128,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         count_bad_input=metrics.count_error,
         reserved=outbound,
     )
+    analytics = _analytics(settings, registry, metrics, sink)
     if settings.transfer.enabled and not settings.twilio.rest_enabled:
         logger.warning(
             "transfer.enabled, but the transfer_call tool is not offered: it needs Twilio's "
@@ -131,6 +141,8 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
             yield
         finally:
             await registry.shutdown()
+            if analytics is not None:
+                await analytics.close()
             if recordings is not None:
                 await recordings.close()
             if sink is not None:
@@ -152,6 +164,17 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     app.include_router(webrtc.router)
     app.include_router(telephony.router)
     app.include_router(outbound.router)
+    if analytics is not None:
+        app.state.analytics = analytics
+        app.include_router(analytics.streams.router)
+        app.include_router(
+            operator_router(
+                calls=analytics.calls,
+                registry=registry,
+                check=lambda authorization: _check_operator(settings, authorization),
+                summary_due=analytics.summary_due,
+            )
+        )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -229,6 +252,56 @@ def default_pipeline(settings: Settings) -> PipelineFactory:
     return build_voice_agent_task
 
 
+class _Analytics:
+    """The listen-only streams, their calls and the post-call step, built together."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CallRegistry,
+        metrics: AgentMetrics,
+        sink: RecordSink | None,
+    ) -> None:
+        self._sink = sink
+        self.post_call = (
+            PostCallAnalysis(settings.llm, settings.analytics, on_done=self._analysed)
+            if settings.llm.base_url
+            else None
+        )
+        self.calls = AnalyticsCalls(
+            redacting=settings.analytics.redact,
+            history=settings.analytics.history,
+            on_ended=self.post_call.submit if self.post_call else None,
+        )
+        self.streams = ListenOnlyStreams(
+            settings=settings,
+            registry=registry,
+            calls=self.calls,
+            transcriber=track_transcription(settings.stt),
+            count_bad_input=metrics.count_error,
+        )
+
+    def summary_due(self, call: Call) -> bool:
+        return self.post_call is not None and bool(call.utterances)
+
+    def _analysed(self, call: Call) -> None:
+        conversation = self.calls.find(call.id)
+        if conversation is not None and call.analysis is not None:
+            conversation.analysis_ready(call.analysis)
+        if self._sink is not None:
+            self._sink.write(call)  # the complete record: the last line for this call id
+
+    async def close(self) -> None:
+        if self.post_call is not None:
+            await self.post_call.close()
+
+
+def _analytics(
+    settings: Settings, registry: CallRegistry, metrics: AgentMetrics, sink: RecordSink | None
+) -> _Analytics | None:
+    return _Analytics(settings, registry, metrics, sink) if settings.analytics.enabled else None
+
+
 def _check_operator(settings: Settings, authorization: str | None) -> None:
     token = settings.server.api_token
     if not token:
@@ -271,7 +344,9 @@ class ObservedCalls:
             on_answer=TurnLatencyToClient(worker) if traits_of(transport).speaks_rtvi else None,
         )
         idle = IdleCallWatch(worker, on_timeout=lambda: call.end_because("idle"))
-        observers: list[BaseObserver] = [latency, CallRecordObserver(call, latency=latency), idle]
+        redact = redaction.redact if self._settings.records.redact else None
+        record = CallRecordObserver(call, latency=latency, redact=redact)
+        observers: list[BaseObserver] = [latency, record, idle]
         if self._recordings is not None:
             observers.append(self._recordings.recorder(call))
         observe_inline(worker, observers)

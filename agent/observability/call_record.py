@@ -31,6 +31,7 @@ the frames it does not follow.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
@@ -80,11 +81,20 @@ class CallRecordObserver(BaseObserver):
         latency: The call's turn-latency observer; it must be called before this one for
             each frame (list it first among the inline observers), so a turn it begins is
             seen here on the same frame.
+        redact: Applied to what the caller and the bot said before it is kept
+            (``records.redact``: :func:`agent.analytics.redaction.redact`).
     """
 
-    def __init__(self, call: Call, *, latency: TurnLatencyObserver) -> None:
+    def __init__(
+        self,
+        call: Call,
+        *,
+        latency: TurnLatencyObserver,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         super().__init__(observe_every_push=True)
         self._call = call
+        self._redact = redact or _unchanged
         self._latency = latency
         self._turn: CallTurn | None = None  # the newest turn
         self._timings: TurnTimings | None = None  # its latency timings
@@ -156,7 +166,7 @@ class CallRecordObserver(BaseObserver):
             and not self._previous.user
         ):
             turn = self._previous  # the caller spoke again before this final came
-        (turn or self._turn_zero()).user.append(text)
+        (turn or self._turn_zero()).user.append(self._redact(text))
 
     def _open_context(self, context_id: str) -> None:
         self._turn_of_context[context_id] = self._answering or self._turn or self._turn_zero()
@@ -173,7 +183,7 @@ class CallRecordObserver(BaseObserver):
             or self._turn
             or self._turn_zero()
         )
-        turn.bot.append(text)
+        turn.bot.append(self._redact(text))
 
     def _bot_turn(self, *, started: bool) -> None:
         if started:
@@ -198,3 +208,7 @@ class CallRecordObserver(BaseObserver):
                 "message": str(frame.error)[:200],
             }
         )
+
+
+def _unchanged(text: str) -> str:
+    return text

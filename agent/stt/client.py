@@ -37,15 +37,19 @@ FRAME_S = 0.02
 
 @dataclass(frozen=True, slots=True)
 class TranscriptEvent:
-    """What a transcriber reports: growing text, a final transcript, or an error."""
+    """What a transcriber reports: growing text, a final transcript, or an error; with
+    ``report_speech``, also where in the audio each stretch of speech started and stopped."""
 
-    kind: Literal["interim", "final", "error"]
+    kind: Literal["interim", "final", "error", "speech_started", "speech_stopped"]
     text: str
     fatal: bool = False
     vad_wait_s: float | None = None
     """A final's VAD stop wait: the silence the VAD heard before it ended the turn."""
     stt_s: float | None = None
     """A final's STT delay: seconds from the VAD stop to this transcript, on this client."""
+    audio_s: float | None = None
+    """``speech_started``/``speech_stopped``: where in the audio fed so far the speech
+    started or stopped (seconds; the VAD's confirmation wait taken off)."""
 
     @property
     def after_speech_s(self) -> float | None:
@@ -120,6 +124,32 @@ class _EventTap(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+class _SpeechClock(FrameProcessor):
+    """Right behind the VAD: counts the audio that passed and reports where each stretch of
+    speech started and stopped in it (the VAD pushes its frames in line with the audio)."""
+
+    def __init__(self, events: asyncio.Queue[TranscriptEvent]) -> None:
+        super().__init__()
+        self._events = events
+        self._samples = 0
+        self._rate = 16000
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InputAudioRawFrame):
+            self._samples += len(frame.audio) // (2 * frame.num_channels)
+            self._rate = frame.sample_rate
+        elif direction is FrameDirection.DOWNSTREAM and self._samples:
+            now = self._samples / self._rate
+            if isinstance(frame, VADUserStartedSpeakingFrame):
+                at = max(0.0, now - frame.start_secs)
+                self._events.put_nowait(TranscriptEvent("speech_started", "", audio_s=at))
+            elif isinstance(frame, VADUserStoppedSpeakingFrame):
+                at = max(0.0, now - frame.stop_secs)
+                self._events.put_nowait(TranscriptEvent("speech_stopped", "", audio_s=at))
+        await self.push_frame(frame, direction)
+
+
 class RealtimeTranscriber:
     """Feed audio in, read :class:`TranscriptEvent`s out.
 
@@ -140,14 +170,21 @@ class RealtimeTranscriber:
         sample_rate: int,
         channels: int = 1,
         vad_analyzer: VADAnalyzer | None = None,
+        report_speech: bool = False,
     ) -> None:
         """``vad_analyzer`` cuts the audio into turns by itself (live captions); without it
-        the caller marks turns with :meth:`start_turn` / :meth:`end_turn` (files)."""
+        the caller marks turns with :meth:`start_turn` / :meth:`end_turn` (files).
+        ``report_speech`` (with a VAD): also report where speech starts and stops in the
+        audio (``speech_started``/``speech_stopped`` events: call analytics' timeline)."""
         self.service = service
         self.sample_rate = sample_rate
         self.channels = channels
         self.events: asyncio.Queue[TranscriptEvent] = asyncio.Queue()
-        vad = [VADProcessor(vad_analyzer=vad_analyzer)] if vad_analyzer else []
+        vad: list[FrameProcessor] = (
+            [VADProcessor(vad_analyzer=vad_analyzer)] if vad_analyzer else []
+        )
+        if vad and report_speech:
+            vad.append(_SpeechClock(self.events))
         self._worker = PipelineWorker(
             Pipeline(
                 [
@@ -202,6 +239,11 @@ class RealtimeTranscriber:
                 await asyncio.sleep(max(0.0, started + (index + 1) * FRAME_S - loop.time()))
             elif index % 50 == 49:
                 await asyncio.sleep(0)  # let the service send while we queue
+
+    async def feed_frame(self, pcm: bytes) -> None:
+        """Send one frame of PCM16 at the transcriber's rate as it is (a media stream's own
+        pacing: a frame per message or per few messages)."""
+        await self._worker.queue_frame(InputAudioRawFrame(pcm, self.sample_rate, self.channels))
 
     async def finish(self, timeout: float) -> None:
         """End the turn in progress, wait until every turn has its final transcript, and

@@ -148,11 +148,16 @@ class TwilioCaller:
         return twilio_stream_tokens(TOKEN).issue(self.call_sid)
 
     async def start(
-        self, token: str | None = None, *, parameters: dict[str, str] | None = None
+        self,
+        token: str | None = None,
+        *,
+        parameters: dict[str, str] | None = None,
+        tracks: tuple[str, ...] = ("inbound",),
     ) -> None:
         """``connected`` then ``start``; ``token``: the stream token (default: signed with
         :data:`TOKEN` for this call, as the webhook's TwiML would hand it over);
-        ``parameters``: the TwiML's ``<Parameter>``s instead (they carry their own token)."""
+        ``parameters``: the TwiML's ``<Parameter>``s instead (they carry their own token);
+        ``tracks``: ``("inbound", "outbound")`` for a ``track="both_tracks"`` fork."""
         await self.ws.send(
             json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         )
@@ -165,7 +170,7 @@ class TwilioCaller:
             "accountSid": self.account_sid,
             "streamSid": self.stream_sid,
             "callSid": self.call_sid,
-            "tracks": ["inbound"],
+            "tracks": list(tracks),
             "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1},
             "customParameters": custom,
         }

@@ -27,6 +27,7 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from agent.analytics.redaction import redact
 from agent.calls import CallRegistry
 from agent.observability.call_record import MAX_ERRORS, CallRecordObserver
 from agent.observability.metrics import STAGES
@@ -37,10 +38,12 @@ from tests.agent.observability.synthetic import DOWN, UP, Pipeline, audio
 class Call:
     """One call's observers, fed pushes with Pipecat's first-push marking."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, redacting: bool = False) -> None:
         self.call = CallRegistry(max_calls=1).reserve("twilio")
         self.latency = TurnLatencyObserver(call_id=self.call.id, log_turns=False)
-        self.record = CallRecordObserver(self.call, latency=self.latency)
+        self.record = CallRecordObserver(
+            self.call, latency=self.latency, redact=redact if redacting else None
+        )
         self.p = Pipeline()
         self.now = 0.0
         self._seen: set[int] = set()
@@ -103,6 +106,18 @@ async def test_a_turn_holds_the_words_heard_the_text_played_and_its_stages() -> 
     assert all(isinstance(latency[s], int) for s in STAGES)
     assert c.call.user_transcript == ["what is the weather"]
     assert c.call.bot_transcript == ["It is mild.", "Bring a coat."]
+
+
+async def test_with_records_redact_the_record_keeps_no_number_that_was_said() -> None:
+    c = Call(redacting=True)
+    await c.user_says("my card is four one one one one one one one one one one one one one one one")
+    await c.answer(["I will text 555 012 2345.", "Anything else?"], play=2, context="a1")
+    await c.bot_stops()
+
+    (turn,) = c.turns()
+    assert turn["user"] == "my card is [card number]"
+    assert turn["bot"] == "I will text [phone number]. Anything else?"
+    assert "one one one" not in str(c.call.as_record()) and "2345" not in str(c.call.as_record())
 
 
 async def test_an_interrupted_answer_keeps_only_what_was_played() -> None:
