@@ -27,6 +27,8 @@ from agent.stt.protocol import VOXTRAL_MODEL
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 ENV_PREFIX = "VOICE_AGENT_"
 PROFILES = ("default", "vllm", "sagemaker")
+LOCAL_LLM_ALIAS = "smollm2-135m-instruct"
+"""The name the local llama.cpp server serves the packaged model under."""
 
 
 class ConfigError(ValueError):
@@ -80,9 +82,31 @@ class ASRServerSettings(_Section):
     cpu_threads: int = Field(default=2, ge=1)
 
 
-class LLMSettings(_Section):
-    """The turn handler. With no ``base_url`` the built-in offline responder answers."""
+class LocalLLMSettings(_Section):
+    """The local llama.cpp server ``serve`` starts for ``llm.kind = "local"`` (default profile).
 
+    The figures are sized on 2 shared cores beside the recognizer and Piper
+    (bench/local_llm.py, bench/results/local_llm.md).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8092, ge=0, le=65535)
+    n_threads: int = Field(default=1, ge=1, description="Threads generating tokens.")
+    n_ctx: int = Field(
+        default=2048, ge=256, description="Tokens of context: the system prompt and the call."
+    )
+    n_batch: int = Field(default=256, ge=8, description="Prompt tokens evaluated per batch.")
+
+
+class LLMSettings(_Section):
+    """The turn handler: an OpenAI-compatible server (``openai``), the packaged small model
+    behind llama.cpp's OpenAI-compatible server (``local``), or the echo responder (``echo``).
+
+    Unset, ``kind`` is ``openai`` with a ``base_url`` and ``echo`` without one. With
+    ``local``, ``base_url`` and ``model`` point at the local server.
+    """
+
+    kind: Literal["openai", "local", "echo"] = "echo"
     base_url: str | None = None
     model: str = ""
     api_key: str = "not-needed"
@@ -97,9 +121,30 @@ class LLMSettings(_Section):
         description="Registered tools to offer the model (agent/llm/tools.py), e.g. "
         '["get_current_time"]. vLLM needs --enable-auto-tool-choice for tools.',
     )
+    local: LocalLLMSettings = LocalLLMSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_url(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "kind" not in values:
+            return {**values, "kind": "openai" if values.get("base_url") else "echo"}
+        return values
 
     @model_validator(mode="after")
     def _model_with_url(self) -> LLMSettings:
+        if self.kind == "local":
+            if self.base_url:
+                raise ValueError(
+                    "llm.base_url is for llm.kind 'openai'; with 'local' the server is "
+                    "started on llm.local.host:port (unset llm.base_url, or set llm.kind)"
+                )
+            self.base_url = f"http://{self.local.host}:{self.local.port}/v1"
+            self.model = self.model or LOCAL_LLM_ALIAS
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError(
+                "llm.kind 'openai' needs llm.base_url (set VOICE_AGENT_LLM__BASE_URL, e.g. "
+                "http://127.0.0.1:8001/v1)"
+            )
         if self.base_url and not self.model:
             raise ValueError(
                 "llm.model is required when llm.base_url is set "

@@ -62,8 +62,8 @@ async def check_llm(
     settings: Settings, client: httpx.AsyncClient, *, limit_s: float = PROBE_TIMEOUT_S
 ) -> ComponentStatus:
     llm = settings.llm
-    if not llm.base_url:
-        return ComponentStatus(True, "offline responder (no llm.base_url)")
+    if llm.kind == "echo" or not llm.base_url:
+        return ComponentStatus(True, "echo: the offline responder repeats what it heard")
     url = llm.base_url.rstrip("/") + "/models"
     return await _http_probe(client, url, bearer_auth(llm.api_key) or {}, limit_s, need_ok=True)
 

@@ -2,8 +2,10 @@
 
 In the default (offline) profile, ``server.start_local_services`` is on and this command
 first starts, as child processes, the CPU ASR server (``voice-agent asr-server``, answering
-``GET /health``) and Piper's TTS HTTP server (see :mod:`agent.local.piper_server`), waits
-until both answer, then serves the FastAPI app (``agent.server.create_app``) with uvicorn on
+``GET /health``), Piper's TTS HTTP server (see :mod:`agent.local.piper_server`) and, with
+``llm.kind = "local"``, llama.cpp's OpenAI-compatible server with the packaged small model (see
+:mod:`agent.local.llm_server`; not installed, serve says so and the echo responder answers),
+waits until all answer, then serves the FastAPI app (``agent.server.create_app``) with uvicorn on
 ``server.host:server.port``. The ``vllm`` and ``sagemaker`` profiles start nothing local.
 
 A child that dies is restarted with backoff (calls ride it out: the STT reconnects and replays
@@ -33,6 +35,8 @@ from loguru import logger
 
 from agent.config import ConfigError, Settings, load_settings
 from agent.connection_guard import guarded_http_protocol, raise_open_file_limit
+from agent.local.llm_server import LocalLLMUnavailable, llm_child
+from agent.local.llm_server import check_installed as check_local_llm
 from agent.local.piper_server import PiperUnavailable, piper_child
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
 from agent.observability import log_privacy
@@ -56,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="voice-agent serve",
         description="Run the voice-agent server (WebRTC, Twilio, playground). In the default "
-        "profile it also starts the local ASR and Piper TTS servers.",
+        "profile it also starts the local ASR, Piper TTS and LLM servers.",
     )
     parser.add_argument("--profile", help="settings profile: default, vllm or sagemaker")
     parser.add_argument("--host", help="address to listen on (default from the profile)")
@@ -77,8 +81,9 @@ def main(argv: list[str]) -> int:
         check_twilio_auth(settings)
         if settings.records.directory is not None:
             check_directory(settings.records.directory)
+        settings = local_llm_or_echo(settings)
         children = local_children(settings)
-    except (ConfigError, PiperUnavailable, RecordDirectoryError) as exc:
+    except (ConfigError, PiperUnavailable, LocalLLMUnavailable, RecordDirectoryError) as exc:
         print(f"voice-agent serve: {exc}", file=sys.stderr)
         return 2
     log_privacy.install(log_transcripts=settings.observability.log_transcripts)
@@ -136,6 +141,23 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+def local_llm_or_echo(settings: Settings) -> Settings:
+    """``settings``, with the echo responder in place of a local LLM that cannot run here.
+
+    A machine where llama-cpp-python did not build still gets a working server: one line
+    says why, and the calls are answered by the echo responder (``/readyz`` names it).
+    """
+    llm = settings.llm
+    if llm.kind != "local" or not settings.server.start_local_services:
+        return settings
+    try:
+        check_local_llm()
+    except LocalLLMUnavailable as exc:
+        print(f"voice-agent serve: {exc}; answering with the echo responder", file=sys.stderr)
+        return settings.model_copy(update={"llm": llm.model_copy(update={"kind": "echo"})})
+    return settings
+
+
 def local_children(settings: Settings) -> list[ChildSpec]:
     """The child servers this profile needs (none unless ``server.start_local_services``)."""
     if not settings.server.start_local_services:
@@ -162,6 +184,8 @@ def local_children(settings: Settings) -> list[ChildSpec]:
     ]
     if settings.tts.kind == "piper":
         children.append(piper_child(settings.tts.base_url))
+    if settings.llm.kind == "local":
+        children.append(llm_child(settings.llm))
     return children
 
 

@@ -169,7 +169,7 @@ def _our_app(at: Peers) -> Any:
         overrides={
             "server": {"start_local_services": False, "max_calls": 10_000},
             "stt": {"url": at.realtime_url},
-            "llm": {"base_url": at.base_url, "model": "capacity-instant"},
+            "llm": {"kind": "openai", "base_url": at.base_url, "model": "capacity-instant"},
             "tts": {"kind": "openai", "base_url": at.base_url, "sample_rate": peers.TONE_RATE},
         },
     )

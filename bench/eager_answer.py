@@ -126,7 +126,7 @@ async def measure(
             overrides={
                 "server": {"start_local_services": False},
                 "stt": {"url": asr_url, **({"model": asr_model} if asr_model else {})},
-                "llm": {"base_url": chat.base_url, "model": "chat-server"},
+                "llm": {"kind": "openai", "base_url": chat.base_url, "model": "chat-server"},
                 "tts": {"kind": "openai", "base_url": f"{tts_url}/v1", "sample_rate": 24_000},
                 "turn": {"eager_answer": eager},
             },

@@ -239,6 +239,7 @@ def settings_for(asr_url: str, tts_url: str, turn: dict[str, Any]) -> Any:
         overrides={
             "server": {"start_local_services": False},
             "stt": {"url": asr_url},
+            "llm": {"kind": "echo"},  # turn-taking is measured without a model's time
             "tts": {"kind": "openai", "base_url": f"{tts_url}/v1", "sample_rate": 24_000},
             "turn": turn,
         },

@@ -24,8 +24,11 @@ moment ties its times to the caller's. Three configurations, one run:
 
 - ``default``: the offline profile as ``voice-agent serve`` starts it -- the CPU ASR server
   (faster-whisper tiny.en behind vLLM's realtime protocol) and Piper's HTTP server as child
-  processes under :class:`agent.local.supervisor.Supervisor`, and the built-in offline
-  responder in place of an LLM.
+  processes under :class:`agent.local.supervisor.Supervisor`, and the built-in echo
+  responder in place of an LLM (the stock bot's responder: a like-for-like baseline).
+- ``local-llm`` (not in the default set: ``--configurations default,local-llm``): the same,
+  with the default profile's own LLM -- llama.cpp's server with the packaged
+  SmolLM2-135M-Instruct, a third child -- answering through the OpenAI-compatible service.
 - ``instant``: the instant peers (``bench/peers.py``: the shared test fakes answering at once)
   in one child process: a realtime STT peer, an OpenAI-compatible chat server streaming a
   short SSE answer (so the LLM service path is exercised) and an OpenAI-compatible
@@ -94,6 +97,7 @@ GREETING = Utterance(
     "greeting", ("hello there", "can you tell me what time the store opens tomorrow"), (0.5,)
 )
 DEFAULT_CONFIGURATIONS = ["default", "stock", "instant"]
+CONFIGURATIONS = [*DEFAULT_CONFIGURATIONS, "local-llm"]
 DEFAULT_CALLS = 4
 TONE_SECONDS = 0.4
 """Length of the instant TTS peer's answer."""
@@ -191,13 +195,15 @@ def configuration(name: str) -> tuple[Any, list[ChildSpec]]:
         )
         return f"ws://127.0.0.1:{port}{stock_bot.WS_PATH}", [child]
     log_turns = {"log_turns": True}  # the stages come from these lines
-    if name == "default":
-        asr_port, tts_port = free_port(), free_port()
+    if name in ("default", "local-llm"):
+        asr_port, tts_port, llm_port = free_port(), free_port(), free_port()
+        llm = {"kind": "echo"} if name == "default" else {"local": {"port": llm_port}}
         settings = load_settings(
             "default",
             overrides={
                 "asr_server": {"port": asr_port},
                 "stt": {"url": f"ws://127.0.0.1:{asr_port}/v1/realtime"},
+                "llm": llm,
                 "tts": {"base_url": f"http://127.0.0.1:{tts_port}"},
                 "observability": log_turns,
             },
@@ -209,7 +215,7 @@ def configuration(name: str) -> tuple[Any, list[ChildSpec]]:
         overrides={
             "server": {"start_local_services": False},
             "stt": {"url": at.realtime_url},
-            "llm": {"base_url": at.base_url, "model": "bench-instant"},
+            "llm": {"kind": "openai", "base_url": at.base_url, "model": "bench-instant"},
             "tts": {"kind": "openai", "base_url": at.base_url, "sample_rate": peers.TONE_RATE},
             "observability": log_turns,
         },
@@ -427,8 +433,10 @@ def render(
         "μ-law frames at real-time pace, silence between questions; "
         f"{args.calls} calls per configuration, the first turn of each configuration "
         "discarded as warm-up.",
-        "`default` = offline profile (ASR server: faster-whisper tiny.en; Piper; offline "
+        "`default` = offline profile (ASR server: faster-whisper tiny.en; Piper; echo "
         "responder), ASR and Piper as child processes as `voice-agent serve` runs them. "
+        "`local-llm` = the same with the profile's own LLM (SmolLM2-135M-Instruct behind "
+        "llama.cpp's server, a third child). "
         "`instant` = scripted STT, chat (SSE) and speech peers in a child process answering "
         "at once: our server's own overhead, Silero VAD included. "
         "`stock` = a stock offline Pipecat bot (`bench/stock_bot.py`: Silero VAD → Pipecat's "
@@ -527,14 +535,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--configurations",
         default=",".join(DEFAULT_CONFIGURATIONS),
-        help="comma list of default, stock, instant (fewer: a quicker check)",
+        help="comma list of default, stock, instant, local-llm (default: the first three)",
     )
     args = parser.parse_args(argv)
     if args.turns < 1 or args.calls < 1:
         parser.error("--turns and --calls must be at least 1")
     args.configurations = [c.strip() for c in args.configurations.split(",") if c.strip()]
-    if not args.configurations or set(args.configurations) - set(DEFAULT_CONFIGURATIONS):
-        parser.error("--configurations takes a comma list of default, stock, instant")
+    if not args.configurations or set(args.configurations) - set(CONFIGURATIONS):
+        parser.error("--configurations takes a comma list of " + ", ".join(CONFIGURATIONS))
     report, ok = asyncio.run(run(args))
     print(report)
     output = Path(args.output or (GREETING_RESULTS if args.greeting else RESULTS))

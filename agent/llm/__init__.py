@@ -2,15 +2,18 @@
 
 Which one a call gets is decided from the settings in :mod:`pipelines.services`.
 
-- ``llm.base_url`` set: :class:`OpenAICompatibleLLMService` streams chat completions from
-  that server (vLLM, or anything speaking OpenAI's ``/v1/chat/completions``) with the
-  configured model, API key (always sent; "not-needed" by default, since an empty key makes
-  the OpenAI client fall back to ``OPENAI_API_KEY``), temperature and max tokens. The system
-  prompt goes out as a ``system`` role message and ``developer`` messages are sent as
-  ``user``: vLLM's chat templates reject the ``developer`` role. Tools named in
-  ``llm.tools`` (see :mod:`agent.llm.tools`) reach the model and their results flow back.
-- ``llm.base_url`` unset (the offline default): :class:`OfflineResponder` repeats what the
-  user said (see :mod:`agent.llm.offline_responder`).
+- ``llm.kind = "openai"`` (a ``base_url`` set) or ``"local"`` (the default profile: the
+  packaged SmolLM2-135M-Instruct behind llama.cpp's server, which ``voice-agent serve``
+  starts; see :mod:`agent.local.llm_server`): :class:`OpenAICompatibleLLMService` streams chat
+  completions from that server (vLLM, llama.cpp, or anything speaking OpenAI's
+  ``/v1/chat/completions``) with the configured model, API key (always sent; "not-needed" by
+  default, since an empty key makes the OpenAI client fall back to ``OPENAI_API_KEY``),
+  temperature and max tokens. The system prompt goes out as a ``system`` role message and
+  ``developer`` messages are sent as ``user``: vLLM's chat templates reject the ``developer``
+  role. Tools named in ``llm.tools`` (see :mod:`agent.llm.tools`) reach the model and their
+  results flow back.
+- ``llm.kind = "echo"``: :class:`OfflineResponder` repeats what the user said (see
+  :mod:`agent.llm.offline_responder`).
 """
 
 from __future__ import annotations

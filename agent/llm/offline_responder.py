@@ -1,11 +1,10 @@
-"""The offline responder: what answers when no LLM endpoint is configured.
+"""The echo responder (``llm.kind = "echo"``): answers with no language model at all.
 
-The default profile runs with nothing but a CPU, so there is no language model to ask.
-In its place this processor answers every user turn by repeating what the recognizer
-understood -- "You said: what is the weather like in Paris today." -- which makes the whole
-audio path (VAD → STT → turn taking → TTS → transport, barge-in included) usable and
-testable with no model server. Set ``llm.base_url`` (and ``llm.model``) to talk to a real
-OpenAI-compatible LLM instead.
+It answers every user turn by repeating what the recognizer understood -- "You said: what is
+the weather like in Paris today." -- which makes the whole audio path (VAD → STT → turn
+taking → TTS → transport, barge-in included) usable and testable with a deterministic answer
+and no model server. It is also what ``voice-agent serve`` falls back to when the default
+profile's local model cannot run (llama-cpp-python not installed).
 
 It speaks the same frames as a Pipecat LLM service: it consumes the ``LLMContextFrame``
 the user aggregator pushes at the end of a turn and answers with

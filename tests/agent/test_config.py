@@ -28,10 +28,26 @@ def test_every_shipped_profile_loads(profile: str) -> None:
 def test_the_default_profile_is_offline_and_starts_local_services() -> None:
     settings = load_settings()
     assert settings.server.start_local_services
-    assert settings.llm.base_url is None  # the offline responder answers
+    assert settings.llm.kind == "local"  # the packaged small model, on loopback
+    assert settings.llm.base_url == f"http://127.0.0.1:{settings.llm.local.port}/v1"
+    assert settings.llm.model
     assert settings.tts.kind == "piper"
     assert settings.stt.url.endswith(f":{settings.asr_server.port}/v1/realtime")
     assert settings.stt.model == settings.asr_server.served_model_name
+
+
+def test_the_llm_kind_follows_the_url_unless_set() -> None:
+    assert load_settings("vllm").llm.kind == "openai"
+    assert load_settings("sagemaker").llm.kind == "openai"
+    echo = load_settings(overrides={"llm": {"kind": "echo"}}).llm
+    assert echo.kind == "echo"
+
+
+def test_a_local_llm_with_a_base_url_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match=r"llm\.base_url is for llm\.kind 'openai'"):
+        load_settings(overrides={"llm": {"base_url": "http://gpu:8001/v1", "model": "m"}})
+    with pytest.raises(ConfigError, match=r"needs llm\.base_url"):
+        load_settings(overrides={"llm": {"kind": "openai"}})
 
 
 def test_gpu_profiles_start_nothing_local() -> None:

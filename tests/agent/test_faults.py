@@ -110,6 +110,7 @@ async def test_an_llm_stream_reset_mid_answer_costs_that_answer_only(
             settings = stack_settings(
                 asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url
             )
+            settings.llm.kind = "openai"
             settings.llm.base_url = f"http://127.0.0.1:{proxy.port}/v1"
             settings.llm.model = "chat-server"
             with running_server(settings) as (url, app):

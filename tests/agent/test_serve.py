@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -9,13 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import requires_modules
+from tests.conftest import requires_local_llm, requires_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,9 +97,10 @@ class Serve:
 
 @pytest.fixture
 def offline_env() -> dict[str, str]:
-    asr_port, tts_port = free_port(), free_port()
+    asr_port, tts_port, llm_port = free_port(), free_port(), free_port()
     return {
         "VOICE_AGENT_ASR_SERVER__PORT": str(asr_port),
+        "VOICE_AGENT_LLM__LOCAL__PORT": str(llm_port),
         "VOICE_AGENT_STT__URL": f"ws://127.0.0.1:{asr_port}/v1/realtime",
         "VOICE_AGENT_TTS__BASE_URL": f"http://127.0.0.1:{tts_port}",
         "HF_HUB_OFFLINE": "1",
@@ -113,6 +116,7 @@ def serves() -> Iterator[list[Serve]]:
 
 
 @requires_offline_stack
+@requires_local_llm
 def test_default_profile_starts_children_and_stops_them_on_sigterm(
     tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
 ) -> None:
@@ -120,7 +124,7 @@ def test_default_profile_starts_children_and_stops_them_on_sigterm(
     serves.append(serve)
     serve.wait_healthy()
     children = serve.child_pids()
-    assert set(children) == {"asr-server", "piper-tts"}
+    assert set(children) == {"asr-server", "piper-tts", "local-llm"}
     assert all(alive(pid) for pid in children.values())
     serve.process.send_signal(signal.SIGTERM)
     assert serve.wait() == 0, serve.text()
@@ -142,27 +146,57 @@ def test_ctrl_c_in_a_terminal_is_a_clean_shutdown_not_a_child_crash(
 
 
 @requires_offline_stack
+@requires_local_llm
 def test_a_dead_child_is_restarted_and_the_server_stays_up(
     tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
 ) -> None:
+    victim = "local-llm"  # the same supervisor restarts the ASR and Piper servers
     serve = Serve(tmp_path, env=offline_env)
     serves.append(serve)
     serve.wait_healthy()
     children = serve.child_pids()
-    os.kill(children["asr-server"], signal.SIGKILL)
+    os.kill(children[victim], signal.SIGKILL)
     deadline = time.monotonic() + 90
-    while "asr-server is back" not in serve.text():
+    while f"{victim} is back" not in serve.text():
         assert serve.process.poll() is None, serve.text()
         assert time.monotonic() < deadline, serve.text()
         time.sleep(0.2)
-    assert re.search(r"asr-server \(pid \d+\) exited with code -9; restarting it", serve.text())
-    restarted = serve.child_pids()["asr-server"]
-    assert restarted != children["asr-server"] and alive(restarted)
-    assert alive(children["piper-tts"])
+    assert re.search(rf"{victim} \(pid \d+\) exited with code -9; restarting it", serve.text())
+    restarted = serve.child_pids()[victim]
+    others = [pid for name, pid in children.items() if name != victim]
+    assert restarted != children[victim] and alive(restarted)
+    assert all(alive(pid) for pid in others)
     serve.wait_healthy()
     serve.process.send_signal(signal.SIGTERM)
     assert serve.wait() == 0, serve.text()
-    assert not alive(restarted) and not alive(children["piper-tts"])
+    assert not alive(restarted) and not any(alive(pid) for pid in others)
+
+
+@requires_offline_stack
+def test_without_llama_cpp_serve_says_so_and_the_echo_responder_answers(
+    tmp_path: Path, offline_env: dict[str, str], serves: list[Serve]
+) -> None:
+    hide = tmp_path / "no_llama_cpp"
+    hide.mkdir()
+    # The way Python hides a module: None in sys.modules (import fails, find_spec is None).
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['llama_cpp'] = None\n")
+    pythonpath = os.pathsep.join(filter(None, [str(hide), os.environ.get("PYTHONPATH")]))
+    serve = Serve(tmp_path, env={**offline_env, "PYTHONPATH": pythonpath})
+    serves.append(serve)
+    serve.wait_healthy()
+    lines = [line for line in serve.text().splitlines() if "llama_cpp" in line]
+    assert len(lines) == 1 and "answering with the echo responder" in lines[0], serve.text()
+    assert set(serve.child_pids()) == {"asr-server", "piper-tts"}
+    url = f"http://127.0.0.1:{serve.port}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            ready = json.load(response)
+    except urllib.error.HTTPError as exc:  # 503 if another part is down: its body says which
+        ready = json.load(exc)
+    assert ready["components"]["llm"]["ok"], ready
+    assert ready["components"]["llm"]["detail"].startswith("echo"), ready
+    serve.process.send_signal(signal.SIGTERM)
+    assert serve.wait() == 0, serve.text()
 
 
 def test_vllm_profile_starts_nothing_local(tmp_path: Path, serves: list[Serve]) -> None:

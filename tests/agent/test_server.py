@@ -50,7 +50,9 @@ def settings_for(stt_url: str, llm_url: str | None, tts_url: str, **server: Any)
         overrides={
             "server": {"start_local_services": False, **server},
             "stt": {"url": stt_url},
-            "llm": {"base_url": llm_url, "model": "m"} if llm_url else {},
+            "llm": {"kind": "openai", "base_url": llm_url, "model": "m"}
+            if llm_url
+            else {"kind": "echo"},
             "tts": {"kind": "openai", "base_url": tts_url},
         },
     )
@@ -85,12 +87,14 @@ async def test_readyz_is_503_and_names_what_is_down(http_peer: str) -> None:
     assert ready.json()["components"]["tts"]["ok"] is True
 
 
-async def test_the_offline_responder_counts_as_ready(stt_peer: str, http_peer: str) -> None:
+async def test_the_echo_responder_counts_as_ready_and_is_named_echo(
+    stt_peer: str, http_peer: str
+) -> None:
     app = create_app(settings_for(stt_peer, None, f"{http_peer}/v1"), pipeline=_never_called)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 200
-    assert "offline responder" in ready.json()["components"]["llm"]["detail"]
+    assert ready.json()["components"]["llm"]["detail"].startswith("echo")
 
 
 async def test_readyz_is_503_full_at_max_calls_and_ready_again_when_a_slot_frees(

@@ -108,7 +108,10 @@ async def start_call() -> AsyncIterator[Any]:
 
 
 def settings_for(asr_server_url: str, asr_model_name: str, **sections: dict[str, Any]) -> Settings:
-    overrides: dict[str, Any] = {"stt": {"url": asr_server_url, "model": asr_model_name}}
+    overrides: dict[str, Any] = {
+        "stt": {"url": asr_server_url, "model": asr_model_name},
+        "llm": {"kind": "echo"},  # "You said: …"; the local model's calls: test_local_llm.py
+    }
     overrides.update(sections)
     return load_settings("default", overrides=overrides)
 
@@ -126,6 +129,7 @@ async def test_llm_path_with_a_tool_call_over_real_http(
     speech_server: SpeechServer,
 ) -> None:
     llm: dict[str, Any] = {
+        "kind": "openai",
         "base_url": chat_server.base_url,
         "model": "test-model",
         "api_key": "sk-test-key",
@@ -176,7 +180,7 @@ async def test_barge_in_leaves_only_the_spoken_part_of_the_answer_in_the_context
         settings = settings_for(
             asr_server_url,
             asr_model_name,
-            llm={"base_url": chat.base_url, "model": "test-model"},
+            llm={"kind": "openai", "base_url": chat.base_url, "model": "test-model"},
             tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
         )
         call = await start_call_fixture(settings)  # each sentence plays as 0.5 s of tone
@@ -217,7 +221,7 @@ async def test_offline_profile_answers_from_the_transcript_with_piper(
     asr_server_url: str, asr_model_name: str, piper_url: str
 ) -> None:
     settings = settings_for(asr_server_url, asr_model_name, tts={"base_url": piper_url})
-    assert settings.llm.base_url is None  # the offline responder answers
+    assert settings.llm.kind == "echo"  # the offline responder answers
     call = await start_call_fixture(settings)
     latencies = []
     sentences = ("turn on the lights in the kitchen", "please call me back tomorrow morning")

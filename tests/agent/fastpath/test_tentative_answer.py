@@ -81,6 +81,7 @@ def phone_server(
     with SpeechServer(voice="espeak") as tts:
         settings: Settings = stack_settings(asr_url=stt_url, asr_model=stt_model, tts_url=tts.url)
         settings.twilio.auth_token = TOKEN
+        settings.llm.kind = "openai"
         settings.llm.base_url = chat.base_url
         settings.llm.model = "chat-server"
         for key, value in turn.items():

@@ -90,6 +90,7 @@ def server(
             api_token="operator-token",
         )
         settings.tts.sample_rate = 16_000
+        settings.llm.kind = "openai"
         settings.llm.base_url = chat.base_url
         settings.llm.model = "chat-server"
         settings.twilio.auth_token = TOKEN

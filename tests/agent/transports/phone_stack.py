@@ -41,6 +41,7 @@ def phone_agent(
             asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls
         )
         settings.server.api_token = OPERATOR_TOKEN
+        settings.llm.kind = "openai"
         settings.llm.base_url = chat.base_url
         settings.llm.model = "chat-server"
         settings.twilio.auth_token = TOKEN

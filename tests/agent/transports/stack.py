@@ -38,6 +38,7 @@ def stack_settings(
         overrides={
             "server": {"max_calls": max_calls, "start_local_services": False, **server},
             "stt": {"url": asr_url, "model": asr_model},
+            "llm": {"kind": "echo"},  # "You said: …"
             "tts": {"kind": "openai", "base_url": f"{tts_url}/v1", "sample_rate": ESPEAK_RATE},
         },
     )

@@ -46,6 +46,7 @@ def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, Fast
             overrides={
                 "server": {"start_local_services": False},
                 "stt": {"url": asr_server_url, "model": asr_model_name},
+                "llm": {"kind": "echo"},
                 "tts": {"kind": "openai", "base_url": f"{tts.url}/v1", "sample_rate": 24_000},
             },
         )
