@@ -8,8 +8,9 @@ batch (``input_features [B, 80, 800]`` → ``logits [B, 1]``, sigmoid probabilit
 mix, so one session serves every call.
 
 What batching buys here is the session and the thread, not CPU: one verdict costs ~50 ms of a
-core at B=1 and about the same per row at B=2-8 on this machine kind (the model is compute
-bound, unlike Silero). So a batch never waits long: a verdict asked while the model is idle
+core at B=1 and about the same or more per row at B=2-16 on this machine kind (the model is
+compute bound, unlike Silero), and a run needs ~19 MB of working memory per row. So a batch is
+small (``max_batch`` 4) and never waits long: a verdict asked while the model is idle
 runs at the end of the current event-loop pass (or after ``max_delay_s`` when verdicts are
 arriving faster than that), and those asked while a batch is running go together in the next
 one. The CPU is saved by asking less often (:mod:`agent.turns.adaptive_stop` asks only at pauses
@@ -66,6 +67,9 @@ def smart_turn_session() -> onnxruntime.InferenceSession:
             options.inter_op_num_threads = 1
             options.intra_op_num_threads = 1
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # No memory arena: it keeps what the largest batch ever needed (~19 MB per row)
+            # for the life of the process; without it a run's memory goes back when it ends.
+            options.enable_cpu_mem_arena = False
             _session = onnxruntime.InferenceSession(
                 smart_turn_model_path(), sess_options=options, providers=["CPUExecutionProvider"]
             )
@@ -117,7 +121,7 @@ class SmartTurnBatcher:
         *,
         session: onnxruntime.InferenceSession | None = None,
         max_delay_s: float = 0.005,
-        max_batch: int = 16,
+        max_batch: int = 4,
     ) -> None:
         if max_delay_s < 0 or max_batch < 1:
             raise ValueError("max_delay_s must be >= 0 and max_batch >= 1")
