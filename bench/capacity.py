@@ -118,6 +118,7 @@ MIN_CALL_SECONDS = 90.0
 """A step's window is stretched to at least this many call-seconds (90 s at N=1, ~14 turns),
 so the N=1 p95 that every ratio divides by rests on more than two turns."""
 CPU_BREAK = 0.95
+RSS_SAMPLE_S = 0.2
 CORE_SHARE = 0.8
 """The share of its core a replica is sized to keep busy (the old p95 <= 1.2x point ran at 78 %)."""
 
@@ -472,6 +473,8 @@ class Step:
     inferences_per_call_min: float = math.nan
     """Smart Turn verdicts computed over the window, per call-minute."""
     window_s: float = 0.0
+    rss_peak: int = 0
+    """The highest RSS seen in the window (bytes)."""
     load: str = ""
     """The machine's load average when the step ended (``/proc/loadavg``)."""
 
@@ -542,7 +545,13 @@ async def measure(
             os.kill(proc.pid, signal.SIGUSR2)
         cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
         inferences0 = await asyncio.to_thread(smart_turn_inferences, port, kind)
-        await asyncio.sleep(max(0.0, measure_to - time.monotonic()))
+        rss_low, rss_high = rss_bytes(proc.pid), 0
+        while (left := measure_to - time.monotonic()) > 0:
+            # RSS through the window: its low is what the calls hold; above it, memory that
+            # comes and goes (a Smart Turn run needs ~19 MB per row while it runs).
+            rss_now = rss_bytes(proc.pid)
+            rss_low, rss_high = min(rss_low, rss_now), max(rss_high, rss_now)
+            await asyncio.sleep(min(left, RSS_SAMPLE_S))
         cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
         inferences1 = await asyncio.to_thread(smart_turn_inferences, port, kind)
         step.inferences_per_call_min = (inferences1 - inferences0) / (n * (wall1 - wall0) / 60)
@@ -550,12 +559,12 @@ async def measure(
         step.load = load_average()
         if profile:
             os.kill(proc.pid, signal.SIGUSR1)
-        rss = rss_bytes(proc.pid)
         await asyncio.gather(*tasks)
 
         step.cpu_util = (cpu1 - cpu0) / (wall1 - wall0)
         step.cpu_per_call_s = step.cpu_util / n
-        step.rss_per_call = (rss - step.rss_base) / n
+        step.rss_per_call = (rss_low - step.rss_base) / n
+        step.rss_peak = rss_high
         latencies = []
         for log in logs:
             if log.error:
@@ -688,8 +697,11 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         "",
         "CPU-s per call-second = the server process's CPU time over the window / (N x window); "
         "calls/core = its inverse (it includes the server's fixed idle cost, so it is "
-        "pessimistic at small N). RAM/call = (RSS with N calls - RSS after one warm-up call) "
-        "/ N. Latency = end of the question's speech → first loud `media` frame at the caller. "
+        "pessimistic at small N). RAM/call = (the lowest RSS sampled every "
+        f"{RSS_SAMPLE_S:.1f} s in the window with N calls - RSS after the warm-up calls) / N; "
+        "transient = the highest RSS in a window above that (shared working memory, e.g. a "
+        "Smart Turn run in flight). "
+        "Latency = end of the question's speech → first loud `media` frame at the caller. "
         "Lost frames = 20 ms frames of answer audio short of what each N=1 answer carried. "
         f"A step is broken when the server's CPU reaches {CPU_BREAK:.0%}, p95 exceeds "
         f"{P95_BREAK_RATIO:.0f}x N=1, a call fails, or audio or answers go missing; the run "
@@ -821,6 +833,10 @@ def sizing(results: dict[str, list[Step]]) -> dict[str, Any]:
             "highest_n_within_p95_bound": bounded[-1] if bounded else 0,
             "ram_per_call_mb": round(sizing_ram(steps) / 2**20, 3),
             "rss_base_mb": round(max(st.rss_base for st in steps) / 2**20, 1),
+            "transient_mb": round(
+                max(st.rss_peak - st.rss_base - st.rss_per_call * st.calls for st in steps) / 2**20,
+                1,
+            ),
             "cpu_s_per_call_s": round(top.cpu_per_call_s, 5),
             "smart_turn_per_call_min": round(top.inferences_per_call_min, 2),
         }
