@@ -118,6 +118,8 @@ MIN_CALL_SECONDS = 90.0
 """A step's window is stretched to at least this many call-seconds (90 s at N=1, ~14 turns),
 so the N=1 p95 that every ratio divides by rests on more than two turns."""
 CPU_BREAK = 0.95
+WARM_CALLS = 4
+"""Calls at once before each step, so shared models run batches of a few rows first."""
 RSS_SAMPLE_S = 0.2
 CORE_SHARE = 0.8
 """The share of its core a replica is sized to keep busy (the old p95 <= 1.2x point ran at 78 %)."""
@@ -517,13 +519,20 @@ async def measure(
     step = Step(kind, n)
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz", proc)
-        (warm_script,) = scripts(1, seed=99)
-        # Questions and their answers: the shared models (Silero, Smart Turn) load here, so
-        # they are not counted as any call's RAM (the first call also imports the pipeline).
-        for _attempt in range(3):
-            warm = CallLog()
-            await place_call(0, warm_script, warm, url, None, 10.0, lead_in_s=0.0)
-            if any(turn.first_loud is not None for turn in warm.turns):
+        # Questions and their answers: the shared models (Silero, Smart Turn) load here and
+        # run a few batches (their working memory stays with the process), so none of that
+        # is counted as any call's RAM; the first call also imports the pipeline.
+        for attempt in range(3):
+            warm = [CallLog() for _ in range(WARM_CALLS)]
+            await asyncio.gather(
+                *(
+                    place_call(i, script, log, url, None, 10.0, lead_in_s=0.0)
+                    for i, (script, log) in enumerate(
+                        zip(scripts(WARM_CALLS, seed=99 + attempt), warm, strict=True)
+                    )
+                )
+            )
+            if all(any(t.first_loud is not None for t in log.turns) for log in warm):
                 break
         await asyncio.sleep(1.0)
         step.rss_base = rss_bytes(proc.pid)
