@@ -121,8 +121,6 @@ CPU_BREAK = 0.95
 WARM_CALLS = 4
 """Calls at once before each step, so shared models run batches of a few rows first."""
 RSS_SAMPLE_S = 0.2
-CORE_SHARE = 0.8
-"""The share of its core a replica is sized to keep busy (the old p95 <= 1.2x point ran at 78 %)."""
 
 
 # ----------------------------------------------------------------------------- servers
@@ -714,7 +712,8 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         "Lost frames = 20 ms frames of answer audio short of what each N=1 answer carried. "
         f"A step is broken when the server's CPU reaches {CPU_BREAK:.0%}, p95 exceeds "
         f"{P95_BREAK_RATIO:.0f}x N=1, a call fails, or audio or answers go missing; the run "
-        "stops at the first broken step.",
+        "stops at the first broken step (with `--keep-going`, at a saturated core or failed "
+        "calls).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -779,8 +778,12 @@ def same_n_ratio(names: list[str], ours: list[Step], stock: list[Step]) -> list[
     this machine happens to be (absolute calls/core vary ~1.5x between VMs of one kind, and
     more on a shared machine, where other work breaks latency long before the core is busy)."""
 
-    def usable(step: Step) -> bool:  # CPU and RAM per call are measured alike
-        return not step.failed_calls and step.cpu_util < CPU_BREAK and step.calls > 1
+    def usable(step: Step) -> bool:  # every call did its work: CPU and RAM compare alike
+        return (
+            step.calls > 1
+            and not (step.failed_calls or step.unanswered or step.lost_frames)
+            and step.cpu_util < CPU_BREAK
+        )
 
     held = {st.calls: st for st in ours if usable(st)}
     both = [st for st in stock if usable(st) and st.calls in held]
@@ -792,7 +795,7 @@ def same_n_ratio(names: list[str], ours: list[Step], stock: list[Step]) -> list[
     how = (
         "which both held"
         if broken(mine, ours[0]) is None and broken(theirs, stock[0]) is None
-        else "the highest N both ran without a saturated core (latency aside)"
+        else "the highest N both ran with every turn answered and no audio lost (latency aside)"
     )
     lines = [
         "",
@@ -833,11 +836,9 @@ def sizing(results: dict[str, list[Step]]) -> dict[str, Any]:
             for st in steps
             if broken(st, steps[0]) is None and st.p95_s <= P95_TARGET_RATIO * steps[0].p95_s
         ]
-        biggest = max(steps, key=lambda st: st.calls)
         out[name] = {
             "calls_measured": [st.calls for st in steps],
             "cpu_util_by_n": {str(st.calls): round(st.cpu_util, 3) for st in steps},
-            "calls_per_core_at_80pct": math.floor(CORE_SHARE / biggest.cpu_per_call_s),
             "highest_n_held": held.calls if held else 0,
             "highest_n_within_p95_bound": bounded[-1] if bounded else 0,
             "ram_per_call_mb": round(sizing_ram(steps) / 2**20, 3),

@@ -16,6 +16,8 @@ from tests.deploy.manifests import ROOT, container, find
 Resources = list[dict[str, Any]]
 MEASURED = ROOT / "bench" / "results" / "capacity.json"
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+CORE_SHARE = 0.8
+"""The share of its core a replica is sized to keep busy."""
 
 
 def mebibytes(quantity: str) -> float:
@@ -49,25 +51,37 @@ def sizing(agent_resources: Resources, rendered: dict[str, Resources]) -> dict[s
 def test_a_full_replica_fits_its_memory_limit(
     agent_resources: Resources, rendered: dict[str, Resources], measured: dict[str, Any]
 ) -> None:
-    """The server's own RSS with its shared models loaded, plus the call limit times the
-    measured RAM per call, stays under the memory limit (else the kernel kills a full pod
-    and every call on it)."""
+    """The server's own RSS with its shared models loaded, plus the working memory that comes
+    and goes (a Smart Turn run in flight), plus the call limit times the measured RAM per
+    call, stays under the memory limit (else the kernel kills a full pod and every call on
+    it)."""
     size = sizing(agent_resources, rendered)
-    full = measured["rss_base_mb"] + size["max_calls"] * measured["ram_per_call_mb"]
+    full = (
+        measured["rss_base_mb"]
+        + measured["transient_mb"]
+        + size["max_calls"] * measured["ram_per_call_mb"]
+    )
     assert full <= size["limit_mib"], (
         f"{size['max_calls']} calls x {measured['ram_per_call_mb']} MB + "
-        f"{measured['rss_base_mb']} MB = {full:.0f} MB > limit {size['limit_mib']:.0f} Mi"
+        f"{measured['rss_base_mb']} MB + {measured['transient_mb']} MB transient = "
+        f"{full:.0f} MB > limit {size['limit_mib']:.0f} Mi"
     )
 
 
-def test_the_call_limit_is_what_one_core_held(
+def test_the_call_limit_keeps_one_core_below_80_percent(
     agent_resources: Resources, rendered: dict[str, Resources], measured: dict[str, Any]
 ) -> None:
-    """A replica (one core) takes no more calls than the bench held with p95 within its
-    bound, and the autoscalers add a replica before one is full, at a load whose memory the
-    pod requests."""
+    """A replica (one core) takes no more calls than keep its core 80 % busy at the CPU per
+    call measured where the bench held (the unloaded 2026-12-02 run held p95 within 1.2x up
+    to 78 % busy), and the autoscalers add a replica before one is full, at a load whose
+    memory the pod requests."""
     size = sizing(agent_resources, rendered)
-    assert 1 <= size["max_calls"] <= measured["highest_n_within_p95_bound"]
+    assert measured["highest_n_held"] >= 1
+    assert 1 <= size["max_calls"] <= CORE_SHARE / measured["cpu_s_per_call_s"]
     assert size["hpa_target"] == size["keda_target"] < size["max_calls"]
-    at_target = measured["rss_base_mb"] + size["hpa_target"] * measured["ram_per_call_mb"]
+    at_target = (
+        measured["rss_base_mb"]
+        + measured["transient_mb"]
+        + size["hpa_target"] * measured["ram_per_call_mb"]
+    )
     assert at_target <= size["request_mib"]
