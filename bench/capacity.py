@@ -20,17 +20,33 @@ steady window:
 Servers (the same client against each, in one invocation):
 
 - ``ours``: ``agent.server.create_app`` with the product pipeline (``pipelines.voice_agent``,
-  Twilio path), STT/LLM/TTS pointed at instant peers (``bench/peers.py``: the shared test
-  fakes) in a separate process, so only our server's cost is measured.
+  Twilio path) and the turn settings that ship (``agent.config.TurnSettings`` defaults: the
+  adaptive end of turn with Smart Turn), or those given with ``--turn KEY=VALUE``; STT/LLM/TTS
+  pointed at instant peers (``bench/peers.py``: the shared test fakes) in a separate process,
+  so only our server's cost is measured. The peer's transcript is always "turn on the lights
+  in the kitchen", a complete request, so every turn asks Smart Turn once.
+- ``ours-silence``: the same server with the old default end of turn (``end_of_turn =
+  "silence"``, ``smart_turn = false``: the turn ends at the VAD stop), for comparison.
 - ``stock``: Pipecat's stock Twilio setup: ``FastAPIWebsocketTransport`` +
   ``TwilioFrameSerializer`` → ``VADProcessor(SileroVADAnalyzer())`` per call → a canned 1 s
-  reply → output, pipeline at 8 kHz as Pipecat's Twilio examples run it.
+  reply at the VAD stop → output, pipeline at 8 kHz as Pipecat's Twilio examples run it.
+- ``stock-smart-turn``: the same with Pipecat's recommended Smart Turn v3 setup: Silero with
+  ``stop_secs=0.2``, a user aggregator whose stop strategy is
+  ``TurnAnalyzerUserTurnStopStrategy(LocalSmartTurnAnalyzerV3())`` (``wait_for_transcript=False``:
+  there is no STT, the turn model drives the turn, as Pipecat documents for that case), the
+  canned reply at the end of the user turn. The audio travels to the aggregator as Pipecat
+  needs it to.
+
+Smart Turn inferences per call-minute are counted over the window: ours from its
+``voice_agent_smart_turn_inferences_total`` metric, stock's from a counter around its
+analyzer's ``_predict_endpoint``.
 
 N steps up until the server breaks (CPU saturated, p95 over 2x N=1, lost frames or
 unanswered turns). Results: ``bench/results/capacity.md`` and ``capacity.png`` (the plot
 needs matplotlib: ``pip install -e '.[bench]'``).
 
     .venv/bin/python -m bench.capacity [--quick] [--servers ours,stock] [--calls 1,10,...]
+        [--turn end_of_turn=silence --turn smart_turn=false]
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ import contextlib
 import datetime
 import functools
 import itertools
+import json
 import math
 import os
 import platform
@@ -51,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +84,8 @@ from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "bench" / "results" / "capacity.md"
 RESULTS_PNG = ROOT / "bench" / "results" / "capacity.png"
+RESULTS_JSON = ROOT / "bench" / "results" / "capacity.json"
+"""The sizing figures, machine-readable: ``tests/deploy`` checks the manifests against them."""
 SERVER_CORE, CLIENT_CORE = 0, 1
 QUESTIONS = (
     "turn on the lights in the kitchen",
@@ -82,7 +102,11 @@ PHASE_SPREAD_S = 6.0
 cycle), so calls are at independent points of their conversations, as real calls are; with
 only the 3 s connect ramp, every call's first two turns fell within ~2 s of each other."""
 """Silence after each question: the 1 s answer arrives and ends within it."""
-SERVERS = ("ours", "stock", "ours16k")
+SERVERS = ("ours", "ours-silence", "stock", "stock-smart-turn", "ours16k")
+OLD_DEFAULT_TURN: dict[str, Any] = {"end_of_turn": "silence", "smart_turn": False}
+"""The end of turn that shipped until 2026-12-03: the turn ends at the VAD stop."""
+INFERENCES_PATH = "/bench/smart-turn-inferences"
+"""Where the stock servers say how many Smart Turn verdicts they computed."""
 P95_TARGET_RATIO = 1.2
 """The issue's bound on p95 turn latency at capacity, relative to N=1 (reported, not a break)."""
 REFERENCE_STOCK_PER_CORE = 47
@@ -94,39 +118,79 @@ MIN_CALL_SECONDS = 90.0
 """A step's window is stretched to at least this many call-seconds (90 s at N=1, ~14 turns),
 so the N=1 p95 that every ratio divides by rests on more than two turns."""
 CPU_BREAK = 0.95
+WARM_CALLS = 4
+"""Calls at once before each step, so shared models run batches of a few rows first."""
+RSS_SAMPLE_S = 0.2
 
 
 # ----------------------------------------------------------------------------- servers
 
 
-def _stock_app() -> Any:
-    """Pipecat's stock Twilio server: transport + Silero VAD per call + a canned 1 s reply."""
+def _stock_app(*, smart_turn: bool = False) -> Any:
+    """Pipecat's stock Twilio server: transport + Silero VAD per call + a canned 1 s reply, at
+    the VAD stop or (``smart_turn``) at the end of the turn Smart Turn v3 decides."""
+    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
     from pipecat.audio.vad.silero import SileroVADAnalyzer
+    from pipecat.audio.vad.vad_analyzer import VADParams
     from pipecat.frames.frames import (
         Frame,
         TTSAudioRawFrame,
         TTSStartedFrame,
         TTSStoppedFrame,
+        UserStoppedSpeakingFrame,
         VADUserStoppedSpeakingFrame,
     )
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import (
+        LLMContextAggregatorPair,
+        LLMUserAggregatorParams,
+    )
     from pipecat.processors.audio.vad_processor import VADProcessor
     from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+    from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
+    from pipecat.turns.user_turn_strategies import UserTurnStrategies
     from pipecat.workers.runner import WorkerRunner
 
     from tests.fakes.speech_server import tone
 
     reply = tone(8000, 1.0)  # the same second of 440 Hz as the speech peer answers ours with
+    answer_on = UserStoppedSpeakingFrame if smart_turn else VADUserStoppedSpeakingFrame
+    inferences = [0]
+    predict = LocalSmartTurnAnalyzerV3._predict_endpoint
+
+    def counted(self: LocalSmartTurnAnalyzerV3, audio: Any) -> Any:
+        inferences[0] += 1
+        return predict(self, audio)
+
+    LocalSmartTurnAnalyzerV3._predict_endpoint = counted  # type: ignore[method-assign,assignment]
 
     class CannedReply(FrameProcessor):
         async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
             await super().process_frame(frame, direction)
             await self.push_frame(frame, direction)
-            if isinstance(frame, VADUserStoppedSpeakingFrame):
+            if isinstance(frame, answer_on):
                 await self.push_frame(TTSStartedFrame())
                 await self.push_frame(TTSAudioRawFrame(reply, 8000, 1))
                 await self.push_frame(TTSStoppedFrame())
+
+    def turn_stages() -> list[FrameProcessor]:
+        if not smart_turn:
+            return []
+        user, _assistant = LLMContextAggregatorPair(
+            LLMContext(),
+            user_params=LLMUserAggregatorParams(
+                user_turn_strategies=UserTurnStrategies(
+                    stop=[
+                        TurnAnalyzerUserTurnStopStrategy(
+                            turn_analyzer=LocalSmartTurnAnalyzerV3(), wait_for_transcript=False
+                        )
+                    ]
+                )
+            ),
+        )
+        return [user]
 
     app = FastAPI()
 
@@ -134,13 +198,19 @@ def _stock_app() -> Any:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get(INFERENCES_PATH)
+    async def smart_turn_inferences() -> dict[str, int]:
+        return {"inferences": inferences[0]}
+
     @app.websocket("/telephony/twilio/ws")
     async def media(websocket: WebSocket) -> None:
         transport = await stock_twilio_transport(websocket)
+        vad = SileroVADAnalyzer(params=VADParams(stop_secs=0.2)) if smart_turn else None
         pipeline = Pipeline(
             [
                 transport.input(),
-                VADProcessor(vad_analyzer=SileroVADAnalyzer()),
+                VADProcessor(vad_analyzer=vad or SileroVADAnalyzer()),
+                *turn_stages(),
                 CannedReply(),
                 transport.output(),
             ]
@@ -160,7 +230,7 @@ def _stock_app() -> Any:
     return app
 
 
-def _our_app(at: Peers) -> Any:
+def _our_app(at: Peers, turn: dict[str, Any]) -> Any:
     from agent.config import load_settings
     from agent.server import create_app
 
@@ -171,12 +241,43 @@ def _our_app(at: Peers) -> Any:
             "stt": {"url": at.realtime_url},
             "llm": {"kind": "openai", "base_url": at.base_url, "model": "capacity-instant"},
             "tts": {"kind": "openai", "base_url": at.base_url, "sample_rate": peers.TONE_RATE},
+            "turn": turn,
         },
     )
     return create_app(settings)
 
 
-def serve(kind: str, port: int, at: Peers, core: int, profile: str | None) -> None:
+def turn_settings(kind: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The turn settings a server of ``kind`` runs with, in full (shipped defaults, then the
+    kind's, then ``--turn``'s), for the server and for the report."""
+    from agent.config import TurnSettings
+
+    turn: dict[str, Any] = dict(OLD_DEFAULT_TURN) if kind == "ours-silence" else {}
+    if kind in ("ours", "ours16k"):
+        turn.update(overrides)
+    return TurnSettings(**turn).model_dump()
+
+
+def describe_turn(kind: str, overrides: dict[str, Any]) -> str:
+    if kind == "stock":
+        return "Silero (Pipecat's VADParams defaults), the turn ends at the VAD stop"
+    if kind == "stock-smart-turn":
+        return (
+            "Silero stop_secs=0.2, TurnAnalyzerUserTurnStopStrategy(LocalSmartTurnAnalyzerV3()) "
+            "(Pipecat's defaults: stop_secs 3, pre_speech_ms 500), wait_for_transcript=False"
+        )
+    turn = turn_settings(kind, overrides)
+    keys = (
+        *("end_of_turn", "smart_turn", "complete_wait_s", "unfinished_wait_s"),
+        *("vad_start_secs", "vad_stop_secs", "user_speech_timeout_s"),
+    )
+    shipped = kind in ("ours", "ours16k") and not overrides
+    return ", ".join(f"{k}={turn[k]}" for k in keys) + (" (shipped defaults)" if shipped else "")
+
+
+def serve(
+    kind: str, port: int, at: Peers, core: int, profile: str | None, turn: dict[str, Any]
+) -> None:
     """Entry point of the server child (``--serve KIND PORT REALTIME_PORT HTTP_PORT CORE``)."""
     import uvicorn
     from loguru import logger
@@ -188,7 +289,10 @@ def serve(kind: str, port: int, at: Peers, core: int, profile: str | None) -> No
         from agent.transports.telephony import MediaStreamTransport
 
         MediaStreamTransport.pipeline_sample_rate = 16_000
-    app = _stock_app() if kind == "stock" else _our_app(at)
+    if kind.startswith("stock"):
+        app = _stock_app(smart_turn=kind == "stock-smart-turn")
+    else:
+        app = _our_app(at, turn_settings(kind, turn))
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     if profile:
         _profile_on_signals(profile)
@@ -281,11 +385,17 @@ class CallLog:
 
 
 async def place_call(
-    index: int, script: Script, log: CallLog, url: str, begin: float, end: float, lead_in_s: float
+    index: int,
+    script: Script,
+    log: CallLog,
+    url: str,
+    begin: float | None,
+    end: float,
+    lead_in_s: float,
 ) -> None:
     """One Twilio call: silence for ``lead_in_s``, then its script cycled at real-time pace on
     one schedule from ``begin`` until ``end``; what came back after each question is that
-    turn's answer."""
+    turn's answer. ``begin=None``: from the moment the call is up, for ``end`` seconds."""
     import websockets
 
     try:
@@ -296,6 +406,9 @@ async def place_call(
             questions: list[tuple[float, int]] = []  # speech end, media bytes received by then
             try:
                 await caller.start()
+                if begin is None:
+                    begin = time.monotonic()
+                    end += begin
                 caller.pace_from(begin)
                 ended = await caller.send([SILENCE] * int(lead_in_s / FRAME_S), until=end)
                 while ended is not None:
@@ -357,6 +470,13 @@ class Step:
     client_late_s: float = 0.0
     lost_frames: int = 0
     errors: set[str] = field(default_factory=set)
+    inferences_per_call_min: float = math.nan
+    """Smart Turn verdicts computed over the window, per call-minute."""
+    window_s: float = 0.0
+    rss_peak: int = 0
+    """The highest RSS seen in the window (bytes)."""
+    load: str = ""
+    """The machine's load average when the step ended (``/proc/loadavg``)."""
 
     @property
     def calls_per_core(self) -> float:
@@ -380,11 +500,13 @@ async def measure(
     settle_s: float,
     profile: str | None,
     logs_dir: Path,
+    turn_overrides: dict[str, Any],
 ) -> Step:
     """Fresh server pinned to its core; warm-up call; N calls; measure the window."""
     port = free_port()
     argv = [sys.executable, "-m", "bench.capacity", "--serve", kind, str(port)]
     argv += [str(at.realtime_port), str(at.http_port), str(SERVER_CORE)]
+    argv += ["--turn-json", json.dumps(turn_overrides)]
     if profile:
         argv += ["--profile-to", profile]
     log_file = (logs_dir / f"{kind}-{n}.log").open("wb")
@@ -395,10 +517,21 @@ async def measure(
     step = Step(kind, n)
     try:
         await asyncio.to_thread(wait_http, f"http://127.0.0.1:{port}/healthz", proc)
-        warm = CallLog()
-        now = time.monotonic()
-        (warm_script,) = scripts(1, seed=99)
-        await place_call(0, warm_script, warm, url, now, now + 5.0, lead_in_s=0.0)  # a question
+        # Questions and their answers: the shared models (Silero, Smart Turn) load here and
+        # run a few batches (their working memory stays with the process), so none of that
+        # is counted as any call's RAM; the first call also imports the pipeline.
+        for attempt in range(3):
+            warm = [CallLog() for _ in range(WARM_CALLS)]
+            await asyncio.gather(
+                *(
+                    place_call(i, script, log, url, None, 10.0, lead_in_s=0.0)
+                    for i, (script, log) in enumerate(
+                        zip(scripts(WARM_CALLS, seed=99 + attempt), warm, strict=True)
+                    )
+                )
+            )
+            if all(any(t.first_loud is not None for t in log.turns) for log in warm):
+                break
         await asyncio.sleep(1.0)
         step.rss_base = rss_bytes(proc.pid)
 
@@ -418,16 +551,27 @@ async def measure(
         if profile:
             os.kill(proc.pid, signal.SIGUSR2)
         cpu0, wall0 = cpu_seconds(proc.pid), time.monotonic()
-        await asyncio.sleep(max(0.0, measure_to - time.monotonic()))
+        inferences0 = await asyncio.to_thread(smart_turn_inferences, port, kind)
+        rss_low, rss_high = rss_bytes(proc.pid), 0
+        while (left := measure_to - time.monotonic()) > 0:
+            # RSS through the window: its low is what the calls hold; above it, memory that
+            # comes and goes (a Smart Turn run needs ~19 MB per row while it runs).
+            rss_now = rss_bytes(proc.pid)
+            rss_low, rss_high = min(rss_low, rss_now), max(rss_high, rss_now)
+            await asyncio.sleep(min(left, RSS_SAMPLE_S))
         cpu1, wall1 = cpu_seconds(proc.pid), time.monotonic()
+        inferences1 = await asyncio.to_thread(smart_turn_inferences, port, kind)
+        step.inferences_per_call_min = (inferences1 - inferences0) / (n * (wall1 - wall0) / 60)
+        step.window_s = measure_to - measure_from
+        step.load = load_average()
         if profile:
             os.kill(proc.pid, signal.SIGUSR1)
-        rss = rss_bytes(proc.pid)
         await asyncio.gather(*tasks)
 
         step.cpu_util = (cpu1 - cpu0) / (wall1 - wall0)
         step.cpu_per_call_s = step.cpu_util / n
-        step.rss_per_call = (rss - step.rss_base) / n
+        step.rss_per_call = (rss_low - step.rss_base) / n
+        step.rss_peak = rss_high
         latencies = []
         for log in logs:
             if log.error:
@@ -449,6 +593,23 @@ async def measure(
     finally:
         stop_process(proc)
         log_file.close()
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average (other work on a shared machine shows here)."""
+    return Path("/proc/loadavg").read_text().split(" ", 1)[0]
+
+
+def smart_turn_inferences(port: int, kind: str) -> float:
+    """The server's Smart Turn verdicts so far (ours: its Prometheus counter)."""
+    if kind.startswith("stock"):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{INFERENCES_PATH}", timeout=5) as r:
+            return float(json.load(r)["inferences"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("voice_agent_smart_turn_inferences_total "):
+                return float(line.split()[1])
+    raise RuntimeError("the server exports no voice_agent_smart_turn_inferences_total")
 
 
 def window_for(n: int, args: argparse.Namespace) -> float:
@@ -489,7 +650,10 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {os.cpu_count()} CPU(s) "
         f"({platform.machine()}, Python {platform.python_version()}), {took:.0f} s in all. "
-        f"Command: `.venv/bin/python -m bench.capacity{' --quick' if args.quick else ''}`.",
+        f"Command: `{' '.join(['.venv/bin/python -m bench.capacity', *args.argv])}`.",
+        f"Machine load (1-min average, `/proc/loadavg`) at the start: {args.load_at_start}; "
+        "each step's is in the table (this machine's 2 cores are shared with other work: the "
+        "absolute figures are depressed, the ratios between servers measured in one run hold).",
         f"Server pinned to core {SERVER_CORE}; load client and scripted peers on core "
         f"{CLIENT_CORE}. Each call: Piper-voice questions (8 kHz μ-law, 20 ms frames, real-time "
         f"pace), {PAUSE_S[0]:.0f}-{PAUSE_S[1]:.1f} s of silence before and {ANSWER_WAIT_S} s "
@@ -500,14 +664,20 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         f"stretched to {args.min_call_s:.0f} call-seconds, e.g. "
         f"{window_for(1, args):.0f} s at N=1, so its p95 rests on enough turns).",
         "`ours` = `agent.server.create_app` with `pipelines/voice_agent.py` (shared batched "
-        "Silero VAD, Voxtral realtime STT client, LLM, TTS) against instant scripted peers in "
-        "another process. `stock` = Pipecat 1.14's stock Twilio setup: "
+        "Silero VAD, shared batched Smart Turn, Voxtral realtime STT client, LLM, TTS) against "
+        "instant scripted peers in another process (the transcript is always a complete "
+        "request). `stock` = Pipecat 1.14's stock Twilio setup: "
         "FastAPIWebsocketTransport + TwilioFrameSerializer → VADProcessor(SileroVADAnalyzer()) "
         "per call → canned 1 s reply, pipeline at 8 kHz.",
         "",
+        "Turn settings each server ran with:",
+        "",
+        *[f"- `{name}`: {describe_turn(name, args.turn)}" for name in results],
+        "",
         "| server | N | CPU-s per call-s | calls/core | server CPU | p50 ms | p95 ms | "
-        "p95 vs N=1 | RAM/call MB | turns | lost frames | unanswered | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p95 vs N=1 | RAM/call MB | Smart Turn per call-min | turns | lost frames | "
+        "unanswered | load | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, steps in results.items():
         base = steps[0]
@@ -518,7 +688,9 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
                 f"| {name} | {step.calls} | {step.cpu_per_call_s:.4f} | "
                 f"{step.calls_per_core:.0f} | {step.cpu_util:.0%} | {fmt_ms(step.p50_s)} | "
                 f"{fmt_ms(step.p95_s)} | {ratio:.2f} | {step.rss_per_call / 2**20:.2f} | "
-                f"{step.turns} | {step.lost_frames} | {step.unanswered} | {status} |"
+                f"{step.inferences_per_call_min:.1f} | "
+                f"{step.turns} | {step.lost_frames} | {step.unanswered} | {step.load} | "
+                f"{status} |"
             )
     lines += [
         "",
@@ -532,12 +704,16 @@ def render(results: dict[str, list[Step]], notes: dict[str, str], args: Any, too
         "",
         "CPU-s per call-second = the server process's CPU time over the window / (N x window); "
         "calls/core = its inverse (it includes the server's fixed idle cost, so it is "
-        "pessimistic at small N). RAM/call = (RSS with N calls - RSS after one warm-up call) "
-        "/ N. Latency = end of the question's speech → first loud `media` frame at the caller. "
+        "pessimistic at small N). RAM/call = (the lowest RSS sampled every "
+        f"{RSS_SAMPLE_S:.1f} s in the window with N calls - RSS after the warm-up calls) / N; "
+        "transient = the highest RSS in a window above that (shared working memory, e.g. a "
+        "Smart Turn run in flight). "
+        "Latency = end of the question's speech → first loud `media` frame at the caller. "
         "Lost frames = 20 ms frames of answer audio short of what each N=1 answer carried. "
         f"A step is broken when the server's CPU reaches {CPU_BREAK:.0%}, p95 exceeds "
         f"{P95_BREAK_RATIO:.0f}x N=1, a call fails, or audio or answers go missing; the run "
-        "stops at the first broken step.",
+        "stops at the first broken step (with `--keep-going`, at a saturated core or failed "
+        "calls).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -578,38 +754,103 @@ def summary(results: dict[str, list[Step]]) -> list[str]:
     row("calls/core there", lambda s: f"{at_top(s).calls_per_core:.0f}")
     row("p95 there vs N=1", lambda s: f"{at_top(s).p95_s / s[0].p95_s:.2f}")
     row("RAM per call there (MB)", lambda s: f"{at_top(s).rss_per_call / 2**20:.2f}")
-    if len(results) == 2:
-        a, b = (at_top(s) for s in results.values())
-        names = list(results)
-        lines.append("")
-        lines.append(
-            f"{names[0]} / {names[1]}: calls per core x{a.calls_per_core / b.calls_per_core:.2f}, "
-            f"RAM per call x{a.rss_per_call / b.rss_per_call:.2f} (each at its highest N held)."
-        )
-        lines += same_n_ratio(names, *results.values())
+    row("RAM per call, most at any N >= 10 (MB)", lambda s: f"{sizing_ram(s) / 2**20:.2f}")
+    row("Smart Turn per call-minute there", lambda s: f"{at_top(s).inferences_per_call_min:.1f}")
+    row("turns per call-minute there", lambda s: f"{turns_per_call_min(at_top(s)):.1f}")
+    pairs = [(a, b) for a, b in COMPARED if a in results and b in results]
+    for mine, theirs in pairs:
+        lines += same_n_ratio([mine, theirs], results[mine], results[theirs])
     return lines
 
 
+COMPARED = (
+    ("ours", "stock"),
+    ("ours", "stock-smart-turn"),
+    ("ours-silence", "stock"),
+    ("ours", "ours-silence"),
+)
+"""The pairs whose same-N ratios the report gives (when both ran)."""
+
+
 def same_n_ratio(names: list[str], ours: list[Step], stock: list[Step]) -> list[str]:
-    """CPU per call of both servers at the highest N both held: the ratio least bent by how
-    fast this machine happens to be (absolute calls/core vary ~1.5x between VMs of one kind)."""
-    held = {st.calls: st for st in ours if broken(st, ours[0]) is None}
-    both = [
-        st for st in stock if broken(st, stock[0]) is None and st.calls in held and st.calls > 1
-    ]
+    """CPU and RAM per call of two servers at the highest N both held (or, with
+    ``--keep-going``, both ran without saturating the core): the ratios least bent by how fast
+    this machine happens to be (absolute calls/core vary ~1.5x between VMs of one kind, and
+    more on a shared machine, where other work breaks latency long before the core is busy)."""
+
+    def usable(step: Step) -> bool:  # every call did its work: CPU and RAM compare alike
+        return (
+            step.calls > 1
+            and not (step.failed_calls or step.unanswered or step.lost_frames)
+            and step.cpu_util < CPU_BREAK
+        )
+
+    held = {st.calls: st for st in ours if usable(st)}
+    both = [st for st in stock if usable(st) and st.calls in held]
     if not both:
-        return []
+        return ["", f"{names[0]} vs {names[1]}: no N > 1 measured on both, no ratio."]
     theirs = both[-1]
     mine = held[theirs.calls]
-    ratio = theirs.cpu_per_call_s / mine.cpu_per_call_s
-    return [
+    ratio = mine.cpu_per_call_s / theirs.cpu_per_call_s
+    how = (
+        "which both held"
+        if broken(mine, ours[0]) is None and broken(theirs, stock[0]) is None
+        else "the highest N both ran with every turn answered and no audio lost (latency aside)"
+    )
+    lines = [
         "",
-        f"At N={theirs.calls}, which both held: {names[1]} spends {ratio:.2f}x the CPU per "
-        f"call of {names[0]} ({theirs.cpu_per_call_s:.4f} vs {mine.cpu_per_call_s:.4f} "
-        f"CPU-s per call-s). On a machine where {names[1]} carries {REFERENCE_STOCK_PER_CORE} "
-        f"calls per core (the issue's reference), that ratio projects {names[0]} to about "
-        f"{REFERENCE_STOCK_PER_CORE * ratio:.0f} (a projection, not a measurement).",
+        f"At N={theirs.calls}, {how}: {names[0]} spends {ratio:.2f}x the CPU per "
+        f"call of {names[1]} ({mine.cpu_per_call_s:.4f} vs {theirs.cpu_per_call_s:.4f} "
+        f"CPU-s per call-s) and {mine.rss_per_call / theirs.rss_per_call:.2f}x its RAM per call "
+        f"({mine.rss_per_call / 2**20:.2f} vs {theirs.rss_per_call / 2**20:.2f} MB).",
     ]
+    if names[1] == "stock":
+        lines[-1] += (
+            f" On a machine where stock carries {REFERENCE_STOCK_PER_CORE} calls per core (the "
+            f"issue's reference), that projects {names[0]} to about "
+            f"{REFERENCE_STOCK_PER_CORE / ratio:.0f} (a projection, not a measurement)."
+        )
+    return lines
+
+
+def sizing_ram(steps: list[Step]) -> float:
+    """RAM per call for sizing: the most any step at N >= 10 measured, N=1 when none (bytes;
+    one call's RSS delta is mostly allocator noise)."""
+    measured = [st.rss_per_call for st in steps if st.calls >= 10] or [steps[0].rss_per_call]
+    return max(measured)
+
+
+def turns_per_call_min(step: Step) -> float:
+    window_call_min = step.calls * step.window_s / 60 if step.window_s else math.nan
+    return step.turns / window_call_min
+
+
+def sizing(results: dict[str, list[Step]]) -> dict[str, Any]:
+    """The figures deployment sizing reads (``bench/results/capacity.json``)."""
+    out: dict[str, Any] = {"measured_at": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}"}
+    for name, steps in results.items():
+        held = capacity(steps)
+        top = held or steps[0]
+        bounded = [
+            st.calls
+            for st in steps
+            if broken(st, steps[0]) is None and st.p95_s <= P95_TARGET_RATIO * steps[0].p95_s
+        ]
+        out[name] = {
+            "calls_measured": [st.calls for st in steps],
+            "cpu_util_by_n": {str(st.calls): round(st.cpu_util, 3) for st in steps},
+            "highest_n_held": held.calls if held else 0,
+            "highest_n_within_p95_bound": bounded[-1] if bounded else 0,
+            "ram_per_call_mb": round(sizing_ram(steps) / 2**20, 3),
+            "rss_base_mb": round(max(st.rss_base for st in steps) / 2**20, 1),
+            "transient_mb": round(
+                max(st.rss_peak - st.rss_base - st.rss_per_call * st.calls for st in steps) / 2**20,
+                1,
+            ),
+            "cpu_s_per_call_s": round(top.cpu_per_call_s, 5),
+            "smart_turn_per_call_min": round(top.inferences_per_call_min, 2),
+        }
+    return out
 
 
 # ----------------------------------------------------------------------------- PNG
@@ -672,6 +913,7 @@ async def run(args: argparse.Namespace, at: Peers) -> tuple[dict[str, list[Step]
                     settle_s=args.settle,
                     profile=profile,
                     logs_dir=Path(logs),
+                    turn_overrides=args.turn,
                 )
                 steps.append(step)
                 if step.reply_bytes and steps[0].reply_bytes:
@@ -685,23 +927,65 @@ async def run(args: argparse.Namespace, at: Peers) -> tuple[dict[str, list[Step]
                     f"p50 {fmt_ms(step.p50_s)} p95 {fmt_ms(step.p95_s)} ms, "
                     f"{step.rss_per_call / 2**20:.2f} MB/call, {step.turns} turns, "
                     f"lost {step.lost_frames}, unanswered {step.unanswered}, "
-                    f"client late max {step.client_late_s * 1e3:.0f} ms"
+                    f"client late max {step.client_late_s * 1e3:.0f} ms, "
+                    f"Smart Turn {step.inferences_per_call_min:.1f}/call-min, load {step.load}"
                     + (f" -- broken: {why}" if why else ""),
                     file=sys.stderr,
                     flush=True,
                 )
                 if why:
-                    notes[kind] = f"broke at N={n}: {why}."
-                    break
+                    notes.setdefault(kind, f"broke at N={n}: {why}.")
+                    saturated = step.failed_calls or step.cpu_util >= CPU_BREAK
+                    if not args.keep_going or saturated:
+                        break
             results[kind] = steps
     return results, notes
+
+
+def parse_turn(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any]:
+    """``--turn KEY=VALUE`` as turn settings (values as TOML would read them), checked."""
+    from pydantic import ValidationError
+
+    from agent.config import TurnSettings
+
+    turn: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            parser.error(f"--turn takes KEY=VALUE, not {pair!r}")
+        lowered = value.strip().lower()
+        turn[key.strip()] = (
+            lowered == "true" if lowered in ("true", "false") else _number_or_text(value.strip())
+        )
+    try:
+        TurnSettings(**turn)
+    except ValidationError as exc:
+        parser.error(f"--turn: {exc}")
+    return turn
+
+
+def _number_or_text(value: str) -> Any:
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1, 40, 80; short windows")
     parser.add_argument(
-        "--servers", default="ours,stock", help=f"comma list of {', '.join(SERVERS)}"
+        "--servers",
+        default="ours,ours-silence,stock,stock-smart-turn",
+        help=f"comma list of {', '.join(SERVERS)}",
+    )
+    parser.add_argument(
+        "--turn",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a turn setting for `ours` instead of the shipped one (agent.config.TurnSettings), "
+        "e.g. --turn end_of_turn=silence --turn smart_turn=false",
     )
     parser.add_argument("--calls", help="comma list of N values (default: stepped up to 140)")
     parser.add_argument("--window", type=float, help="seconds measured per step")
@@ -709,16 +993,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile-at", type=int, default=0)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="measure every N even after a step broke on latency or lost audio (stop only at a "
+        "saturated core or failed calls): CPU and RAM per call at higher N on a machine whose "
+        "other load breaks the latency first",
+    )
+    parser.add_argument(
         "--logs", help="keep each server's log here (KIND-N.log: one turn_latency line per turn)"
     )
     parser.add_argument("--serve", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
+    parser.add_argument("--turn-json", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         kind, port, realtime_port, http_port, core = args.serve
         at = Peers(int(realtime_port), int(http_port))
-        serve(kind, int(port), at, int(core), args.profile_to)
+        serve(kind, int(port), at, int(core), args.profile_to, json.loads(args.turn_json))
         return 0
+    args.argv = argv
+    args.turn = parse_turn(parser, args.turn)
+    args.load_at_start = load_average()
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (one for the server, one for the client)")
     args.servers = [s.strip() for s in args.servers.split(",") if s.strip()]
@@ -739,6 +1034,7 @@ def main(argv: list[str]) -> int:
     if not args.no_write:
         RESULTS_MD.parent.mkdir(parents=True, exist_ok=True)
         RESULTS_MD.write_text(report)
+        RESULTS_JSON.write_text(json.dumps(sizing(results), indent=2) + "\n")
         drawn = write_png(RESULTS_PNG, results)
         print(
             f"written to {RESULTS_MD}{' and ' + str(RESULTS_PNG) if drawn else ''}", file=sys.stderr

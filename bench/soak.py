@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import peers
-from bench.capacity import CLIENT_CORE, SERVER_CORE, cpu_seconds, question_frames, rss_bytes
+from bench.capacity import (
+    CLIENT_CORE,
+    SERVER_CORE,
+    cpu_seconds,
+    describe_turn,
+    load_average,
+    question_frames,
+    rss_bytes,
+)
 from bench.peers import Peers
 from tests.fakes.serving import free_port, open_fds, tcp_connections_to
 from tests.fakes.tcp_fault_proxy import TcpFaultProxy
@@ -137,15 +145,20 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
                     inject_faults(stt_proxy, http_proxy, args.fault_every, until, tally)
                 )
             )
+            print(f"Turn settings: {describe_turn('ours', {})}.\n")
             print(
-                "| minute | RSS MB | RSS vs minute 1 | fds | STT links | placed | answered "
-                "| refused | broken | faults | server CPU % |"
+                "| minute | RSS MB (minute's low) | RSS vs minute 1 | fds | STT links | placed "
+                "| answered | refused | broken | faults | server CPU % | load |"
             )
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             base_rss, cpu_at, wall_at = 0, cpu_seconds(server.pid), time.monotonic()
             for minute in range(1, int(args.minutes) + 1):
-                await asyncio.sleep(max(0.0, started + minute * 60 - time.monotonic()))
+                # The minute's lowest RSS: what calls and caches hold (a Smart Turn run in
+                # flight needs ~19 MB per row for ~0.1 s; sampled once, it would read as growth).
                 rss = rss_bytes(server.pid)
+                while (left := started + minute * 60 - time.monotonic()) > 0:
+                    await asyncio.sleep(min(left, 0.25))
+                    rss = min(rss, rss_bytes(server.pid))
                 base_rss = base_rss or rss
                 cpu, wall = cpu_seconds(server.pid), time.monotonic()
                 busy = 100 * (cpu - cpu_at) / (wall - wall_at)
@@ -154,7 +167,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
                     f"| {minute} | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
                     f"| {open_fds(server.pid)} | {stt_links()} "
                     f"| {tally.placed} | {tally.answered} | {tally.refused} | {tally.broken} "
-                    f"| {tally.faults} | {busy:.0f} |",
+                    f"| {tally.faults} | {busy:.0f} | {load_average()} |",
                     flush=True,
                 )
             await asyncio.gather(*work)
@@ -165,7 +178,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
                 f"| end, no calls | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
                 f"| {open_fds(server.pid)} | {stt_links()} "
                 f"| {tally.placed} | {tally.answered} | {tally.refused} | {tally.broken} "
-                f"| {tally.faults} | |"
+                f"| {tally.faults} | | {load_average()} |"
             )
             lost = tally.refused + tally.broken
             print(f"\ncalls lost: {lost} of {tally.placed}; faults injected: {tally.faults}")

@@ -166,7 +166,7 @@ async def offline_server(llm_url: str, *, interim: bool) -> AsyncIterator[str]:
             "asr_server": {"port": asr_port},
             "stt": {"url": f"ws://127.0.0.1:{asr_port}/v1/realtime"},
             "tts": {"base_url": f"http://127.0.0.1:{tts_port}"},
-            "llm": {"base_url": llm_url, "model": "bench-translator"},
+            "llm": {"kind": "openai", "base_url": llm_url, "model": "bench-translator"},
             "translation": {"enabled": True, "interim": interim},
             "observability": {"log_turns": True},
         },

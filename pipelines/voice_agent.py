@@ -26,10 +26,14 @@ observers, runs the worker and cancels it when the call ends.
 Per-frame cost (``bench/capacity.py``): a transport whose input can host the VAD
 (:class:`~agent.transports.traits.HostsVAD`: phone calls) runs it there, so caller audio
 crosses one queue on its way to the STT instead of three; the STT does not pass caller audio
-further down the pipeline (nothing after it uses audio unless Smart Turn is on), RTVI runs
-only for clients that speak it, and Pipecat's turn-tracking observer only when tracing needs
-it. The server attaches the observers inline and replaces Pipecat's idle watch
-(:mod:`agent.fastpath`), so the worker is built here with ``idle_timeout_secs=None``.
+further down the pipeline (the adaptive end of turn, the one reader after it, is handed the
+audio at the input by :class:`~agent.turns.caller_audio.CallerAudioFeed`; only Pipecat's own
+Smart Turn strategy, ``end_of_turn = "silence"`` with ``smart_turn``, still needs it to
+travel), RTVI runs only for clients that speak it, and Pipecat's turn-tracking observer only
+when tracing needs it. Smart Turn is one model for the process, its verdicts batched across
+calls (:mod:`agent.fastpath.shared_smart_turn`). The server attaches the observers inline and
+replaces Pipecat's idle watch (:mod:`agent.fastpath`), so the worker is built here with
+``idle_timeout_secs=None``.
 
 Turn taking (``settings.turn``): Silero decides speech stopped after ``vad_stop_secs`` of
 quiet and the STT then finalizes what was said. By default (``end_of_turn = "adaptive"``,
@@ -47,7 +51,7 @@ goes on, so the LLM sees both parts as one message.
 
 from __future__ import annotations
 
-from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer
+from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -68,11 +72,13 @@ from pipecat.turns.user_stop import (
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
+from agent.fastpath.inline_observers import observe_inline
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
-from agent.fastpath.turn_long_smart_turn import TurnLongSmartTurnV3
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
+from agent.turns.caller_audio import CallerAudioFeed
 from pipelines.services import (
     call_tools,
     keypress_aggregator,
@@ -81,6 +87,9 @@ from pipelines.services import (
     stt_service,
     tts_service,
 )
+
+PRE_SPEECH_MS = 1000
+"""Audio Smart Turn hears before the first word the VAD reported (Pipecat's default: 500)."""
 
 
 def build_voice_agent_task(
@@ -101,9 +110,14 @@ def build_voice_agent_task(
     phone = transport if isinstance(transport, CarriesPhoneCall) else None
     tools = call_tools(settings.transfer, settings.dtmf, phone.call_control) if phone else []
     keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
+    user_params = _user_params(turn, late_final_s=settings.stt.params.final_timeout_s)
+    # Who reads the caller's audio after the STT: Pipecat's Smart Turn strategy in the user
+    # aggregator (so the audio travels down, as in Pipecat), or the adaptive strategy, fed
+    # where the audio is (CallerAudioFeed) so nothing else carries it.
+    audio_readers = _audio_readers(turn, user_params)
     user_aggregator, assistant_aggregator = tentative_answer_aggregators(
         llm_conversation(settings.llm, tools),
-        user_params=_user_params(turn, late_final_s=settings.stt.params.final_timeout_s),
+        user_params=user_params,
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
     )
@@ -126,7 +140,7 @@ def build_voice_agent_task(
         *vad_stages,
         stt_service(
             settings.stt,
-            audio_passthrough=turn.smart_turn,
+            audio_passthrough=turn.smart_turn and turn.end_of_turn == "silence",
             enable_eager_end_of_turn=turn.eager_answer,
         ),
         *keypresses,
@@ -136,7 +150,7 @@ def build_voice_agent_task(
         transport.output(),
         assistant_aggregator,
     ]
-    return PipelineWorker(
+    worker = PipelineWorker(
         Pipeline(stages),
         params=PipelineParams(
             audio_in_sample_rate=traits.pipeline_sample_rate,
@@ -152,6 +166,19 @@ def build_voice_agent_task(
         idle_timeout_secs=None,  # the server's IdleCallWatch does the same job more cheaply
         name=f"call-{call_id}",
     )
+    if audio_readers:
+        observe_inline(worker, [CallerAudioFeed(audio_readers)])
+    return worker
+
+
+def _audio_readers(
+    turn: TurnSettings, user_params: LLMUserAggregatorParams
+) -> list[BaseUserTurnStopStrategy]:
+    """The stop strategies fed the caller's audio at the input: the adaptive one with Smart
+    Turn (its window, and the quiet it hears after the VAD stop)."""
+    strategies = user_params.user_turn_strategies
+    stops = (strategies.stop or []) if strategies else []
+    return [s for s in stops if isinstance(s, AdaptiveUserTurnStopStrategy) and turn.smart_turn]
 
 
 def _user_params(
@@ -167,13 +194,13 @@ def _user_params(
         stop = AdaptiveUserTurnStopStrategy(
             complete_wait_s=turn.complete_wait_s,
             unfinished_wait_s=turn.unfinished_wait_s,
-            turn_analyzer=TurnLongSmartTurnV3() if turn.smart_turn else None,
+            turn_analyzer=_turn_long_smart_turn() if turn.smart_turn else None,
             late_final_s=late_final_s,
             text_check=turn.text_check,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:
-        stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=_smart_turn())
+        stop = TurnAnalyzerUserTurnStopStrategy(turn_analyzer=SharedSmartTurnAnalyzer())
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
     strategies = UserTurnStrategies(
@@ -185,8 +212,13 @@ def _user_params(
     )
 
 
-def _smart_turn() -> BaseTurnAnalyzer:
-    """Smart Turn v3 from Pipecat's wheel (an 8 MB ONNX model, loaded per call in ~50 ms)."""
-    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
-
-    return LocalSmartTurnAnalyzerV3()
+def _turn_long_smart_turn() -> SharedSmartTurnAnalyzer:
+    """Smart Turn v3 (the model in Pipecat's wheel, one session for all calls) as the adaptive
+    strategy's second opinion: it keeps the turn's audio after a COMPLETE verdict (the
+    strategy clears it when the turn ends), and hears 1 s before the first word the VAD
+    reported instead of Pipecat's 0.5 s: Silero needs 200 ms of speech to report any, so a
+    short "um" or "so" before a pause goes unreported, and without it "um... what was it?"
+    is judged as a plain "what was it?"."""
+    return SharedSmartTurnAnalyzer(
+        params=SmartTurnParams(pre_speech_ms=PRE_SPEECH_MS), clear_on_complete=False
+    )

@@ -22,8 +22,9 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
   :mod:`~agent.fastpath.media_stream_reader`.
 - :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
-- :mod:`~agent.fastpath.turn_long_smart_turn`: Smart Turn v3 keeps the whole turn's audio
-  after a COMPLETE verdict (``BaseSmartTurn.analyze_end_of_turn``), for the adaptive end of turn.
+- :mod:`~agent.fastpath.shared_smart_turn`: one Smart Turn v3 model per process, its verdicts
+  batched across calls, optionally keeping the turn's audio after a COMPLETE verdict (for the
+  adaptive end of turn) (``BaseSmartTurn``, ``LocalSmartTurnAnalyzerV3``).
 - :mod:`~agent.fastpath.tentative_answer`: an answer stays tentative until heard: started on
   an eager end of turn and kept or restarted on the final transcript, and taken back with its
   turn when the user goes on before hearing it (extends ``LLMUserAggregator``'s turn hooks).

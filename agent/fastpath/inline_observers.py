@@ -36,10 +36,18 @@ class ObserverGroup(BaseObserver):
     """
 
     def __init__(self, observers: list[BaseObserver]) -> None:
-        super().__init__(observe_every_push=any(o.observe_every_push for o in observers))
-        self._observers = list(observers)
-        self._on_push = [o for o in observers if _overrides(o, "on_push_frame")]
-        self._on_process = [o for o in observers if _overrides(o, "on_process_frame")]
+        super().__init__(observe_every_push=False)
+        self._observers: list[BaseObserver] = []
+        self._on_push: list[BaseObserver] = []
+        self._on_process: list[BaseObserver] = []
+        self.add(observers)
+
+    def add(self, observers: list[BaseObserver]) -> None:
+        """Add members after those already there (before the group is set up)."""
+        self._observers += observers
+        self._on_push += [o for o in observers if _overrides(o, "on_push_frame")]
+        self._on_process += [o for o in observers if _overrides(o, "on_process_frame")]
+        self._observe_every_push = any(o.observe_every_push for o in self._observers)
 
     async def setup(self, task_manager: BaseTaskManager) -> None:
         await super().setup(task_manager)
@@ -97,6 +105,11 @@ class InlineWorkerObserver(WorkerObserver):
         self._inline = ObserverGroup(inline)
         self._inline_process = bool(self._inline._on_process)
 
+    def add_inline(self, observers: list[BaseObserver]) -> None:
+        """Call these inline too, after those already here (before the worker runs)."""
+        self._inline.add(observers)
+        self._inline_process = bool(self._inline._on_process)
+
     async def setup(self, task_manager: BaseTaskManager) -> None:
         await super().setup(task_manager)
         await self._inline.setup(task_manager)
@@ -139,12 +152,16 @@ class InlineWorkerObserver(WorkerObserver):
 def observe_inline(worker: PipelineWorker, observers: list[BaseObserver]) -> None:
     """Make ``worker`` call ``observers`` inline (see :class:`InlineWorkerObserver`).
 
-    Call it right after building the worker, before it runs. Pipecat has no public seam for
-    this, so it swaps the worker's ``_observer``; if a Pipecat upgrade moves it this raises
+    Call it right after building the worker, before it runs (again to add more: the pipeline
+    adds its own, the server the call's). Pipecat has no public seam for this, so it swaps the
+    worker's ``_observer``; if a Pipecat upgrade moves it this raises
     (and ``tests/agent/transports/test_observer_group.py`` fails) instead of silently
     dropping observers.
     """
     current = getattr(worker, "_observer", None)
+    if type(current) is InlineWorkerObserver and current._proxies is None:
+        current.add_inline(observers)  # a second call before the worker runs: more members
+        return
     if type(current) is not WorkerObserver or current._proxies is not None:
         raise RuntimeError(
             "this Pipecat version's PipelineWorker has no unstarted WorkerObserver at "

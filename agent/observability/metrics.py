@@ -21,6 +21,8 @@ Names (all seconds are measured from the end of the user's speech, see
                                             kept, restarted (final differed), withdrawn
     voice_agent_false_ends_merged_total     counter: turns taken back unheard, merged with
                                             the words that followed
+    voice_agent_smart_turn_inferences_total counter: Smart Turn verdicts the process's shared
+                                            model gave (all calls; ~50 ms of a core each)
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.calls import CallRegistry
+from agent.turns.smart_turn_batcher import STATS as SMART_TURN_STATS
+from agent.turns.smart_turn_batcher import SmartTurnStats
 
 STAGES: Final = ("vad_stop", "stt_final", "llm_first_token", "tts_first_audio", "first_audio_out")
 """The turn's stages in the order they happen, each timed from the end of user speech."""
@@ -113,6 +117,7 @@ class AgentMetrics:
         self._stage_children = {stage: self.turn_stage_seconds.labels(stage) for stage in STAGES}
         self._turns_complete = self.turns.labels("true")
         self._turns_incomplete = self.turns.labels("false")
+        self.registry.register(SmartTurnCollector(SMART_TURN_STATS))
         if calls is not None:
             self.registry.register(CallsCollector(calls))
         if process:
@@ -163,4 +168,18 @@ class CallsCollector(Collector):
             "voice_agent_calls_refused",
             "Calls refused at the call limit or while shutting down.",
             value=stats.refused,
+        )
+
+
+class SmartTurnCollector(Collector):
+    """Reads the process's Smart Turn counts (one shared model) whenever Prometheus scrapes."""
+
+    def __init__(self, stats: SmartTurnStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "voice_agent_smart_turn_inferences",
+            "Smart Turn verdicts computed by the process's shared model, all calls together.",
+            value=self._stats.inferences,
         )

@@ -35,18 +35,21 @@ recognizer is slow. Every path has a deadline of its own, so no turn is left to 
   the turn ``complete_wait_s`` after they arrive when final, ``unfinished_wait_s`` otherwise.
 - Speech before the deadline (a VAD start) cancels it, as in Pipecat's speech-timeout strategy.
 
-The waits are measured on the clock and, when the caller's audio reaches this strategy (it
-does when Smart Turn is on), also in that audio, where quiet means quiet for this line: below
-a quarter of the caller's speech level and clearly above nothing but the line's own noise
-floor, so a steady hiss or a room's babble does not hold the turn open. On a busy server that
-reads audio late, a timer alone could fire while the words that break the quiet are still
-queued, and a short word the VAD let pass (it needs 200 ms of speech to report any) starts the
-quiet again. Either can hold a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
+The waits are measured on the clock and, when the caller's audio reaches this strategy (with
+Smart Turn on, :class:`~agent.turns.caller_audio.CallerAudioFeed` hands it over at the input
+transport), also in that audio, where quiet means quiet for this line: below a quarter of the
+caller's speech level and clearly above nothing but the line's own noise floor, so a steady
+hiss does not hold the turn open. On a busy server that reads audio late, a timer alone could
+fire while the words that break the quiet are still queued, and a short word the VAD let pass
+(it needs 200 ms of speech to report any) starts the quiet again. Either can hold a turn at
+most :data:`MAX_AUDIO_LAG_S` past its deadline.
 
-Smart Turn gets the pipeline's audio (the STT passes it through) at the pipeline's rate; on a
-phone call that is 8 kHz, which Pipecat resamples to the 16 kHz the model was trained on
-(``LocalSmartTurnAnalyzerV3._resample_to_model_rate``). It runs on its own thread at each VAD
-stop, while the recognizer finishes, so it adds no wait unless it is the slower of the two.
+Smart Turn gets the caller's audio at the pipeline's rate (a phone call's 8 kHz is resampled
+to the model's 16 kHz). It is asked only at a pause where its verdict decides something: when
+the words so far read like a complete question. At the VAD stop that is known from the
+interim transcript, and the model then runs (on the process's shared model thread) while the
+recognizer finishes; when only the final transcript makes the turn a question, it is asked
+then, and that turn waits for it. Statements, fragments and empty segments never ask it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnSta
 from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
+    InterimTranscriptionFrame,
     MetricsFrame,
     TranscriptionFrame,
     VADUserStartedSpeakingFrame,
@@ -151,18 +155,19 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
         self._text = ""
+        self._interim = ""  # the latest segment's words so far, before its final transcript
         self._final = False  # the last words came in a final transcript
         self._words_at: float | None = None  # wall clock: when words last came
         self._speaking = False
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
-        self._quiet_heard_s: float | None = None  # quiet audio seen since then (passthrough)
+        self._quiet_heard_s: float | None = None  # quiet audio seen since then (audio fed)
         self._speech_rms = 0.0  # the caller's level while the VAD hears speech
         self._floor_rms: float | None = None  # the line's level while the VAD hears none
         # VAD segments whose transcript is due, and those given up on whose transcript may
         # still come. Kept across turns: the STT answers every segment, in order.
         self._segments_due = 0
         self._segments_given_up = 0
-        self._audio_flows = False  # caller audio reaches us (Smart Turn on: STT passthrough)
+        self._audio_flows = False  # caller audio reaches us (Smart Turn on: CallerAudioFeed)
         self._segments_heard = 0  # VAD starts so far: a verdict is for the latest one only
         self._verdict: EndOfTurnState | None = None
         self._verdict_due = False  # Smart Turn is judging the latest pause
@@ -228,15 +233,20 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._speaking = False
             self._speech_ended_at = frame.timestamp - frame.stop_secs
             self._quiet_heard_s = frame.stop_secs if self._audio_flows else None
-            if self._analyzer is not None:
+            if self._verdict_would_decide():
                 await self._ask_analyzer()
             self._schedule()
         elif isinstance(frame, TranscriptionFrame):
+            self._interim = ""
             if frame.text.strip():
                 self._text = f"{self._text} {frame.text}".strip()
                 self._final = frame.finalized
                 self._words_at = time.time()
+                if self._verdict_still_needed():
+                    await self._ask_analyzer()  # the words made this pause a question
                 self._schedule()
+        elif isinstance(frame, InterimTranscriptionFrame):
+            self._interim = frame.text
         elif isinstance(frame, SpeechSegmentTranscribedFrame):
             if self._segments_given_up > 0:
                 self._segments_given_up -= 1  # a segment the last turn ended without
@@ -272,8 +282,27 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         """How loud a frame between words must be to count as sound, not quiet."""
         return max(SOUND_RATIO * self._speech_rms, FLOOR_MARGIN * (self._floor_rms or 0.0))
 
+    def _verdict_would_decide(self) -> bool:
+        """Whether Smart Turn's verdict on this pause changes when the turn ends: only when the
+        words so far (finals, and the interim of the segment just spoken) could end the turn on
+        the short wait (``text_check``). Anything else waits ``unfinished_wait_s`` whatever
+        the model says, so it is not asked (a verdict costs ~50 ms of a core)."""
+        if self._analyzer is None or self._complete_wait_s >= self._unfinished_wait_s:
+            return False
+        return self._words_allow_short_wait(f"{self._text} {self._interim}")
+
+    def _verdict_still_needed(self) -> bool:
+        """A final transcript made the pause a question, and Smart Turn has not been asked."""
+        return (
+            not self._speaking
+            and self._speech_ended_at is not None
+            and self._verdict is None
+            and not self._verdict_due
+            and self._verdict_would_decide()
+        )
+
     async def _ask_analyzer(self) -> None:
-        """Have Smart Turn judge this pause on its own thread, while the recognizer finishes."""
+        """Have Smart Turn judge this pause off the event loop, while the recognizer finishes."""
         if self._verdict_task is not None:
             await self.task_manager.cancel_task(self._verdict_task)  # an older pause's
         self._verdict_due = True
@@ -300,9 +329,13 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return asks_for_answer(self._text)
         if self._verdict != EndOfTurnState.COMPLETE:
             return False
+        return self._words_allow_short_wait(self._text)
+
+    def _words_allow_short_wait(self, text: str) -> bool:
+        """The words' part beside Smart Turn's verdict (``text_check``)."""
         if self._text_check == "unfinished":
-            return not ends_unfinished(self._text)
-        return asks_for_answer(self._text)
+            return not ends_unfinished(text)
+        return asks_for_answer(text)
 
     def _deadline(self) -> float | None:
         """When the turn ends, from what is known now; ``None`` while nothing is to end."""

@@ -83,7 +83,8 @@ def test_the_configmap_is_settings_the_server_accepts(
     settings = load_settings()
     assert settings.profile == "vllm"
     assert settings.server.host == "0.0.0.0" and not settings.server.start_local_services
-    assert settings.server.max_calls == 40
+    assert settings.server.max_calls == int(data["VOICE_AGENT_SERVER__MAX_CALLS"])  # sized:
+    # tests/deploy/test_sizing.py
     assert settings.twilio.auth_token and settings.llm.api_key
     turn = settings.server.ice_servers[0]
     assert turn.shared_secret and not turn.credential  # time-limited TURN credentials
@@ -136,7 +137,8 @@ def test_the_ingress_keeps_webrtc_sessions_on_their_replica_and_websockets_open(
 def test_autoscalers_query_the_metric_the_server_exports(rendered: dict[str, Resources]) -> None:
     exported = AgentMetrics(calls=CallRegistry(max_calls=1)).exposition().decode()
     assert re.search(r"^voice_agent_active_calls \d", exported, re.M), exported[:2000]
-    agent_max = 40  # server.max_calls of the ConfigMap (checked above)
+    data = find(rendered["agent"], "ConfigMap", "voice-agent-settings")["data"]
+    agent_max = int(data["VOICE_AGENT_SERVER__MAX_CALLS"])
     hpa = find(rendered["autoscaling/prometheus-adapter"], "HorizontalPodAutoscaler", "voice-agent")
     pods_metric = hpa["spec"]["metrics"][0]["pods"]
     assert pods_metric["metric"]["name"] == "voice_agent_active_calls"

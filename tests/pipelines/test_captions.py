@@ -150,8 +150,9 @@ async def test_the_pages_microphone_callbacks_turn_browser_audio_into_captions(
 
 
 def test_translate_without_an_llm_exits_2_saying_what_to_set(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("VOICE_AGENT_LLM__KIND", "echo")  # the default profile's is local
     assert captions.main(["--translate"]) == 2
     assert "--translate needs an LLM to translate with: set llm.base_url" in (
         capsys.readouterr().err

@@ -147,7 +147,7 @@ def translation_settings(
         "default",
         overrides={
             "stt": {"url": asr_server_url, "model": asr_model_name},
-            "llm": {"base_url": llm_url, "model": "translator"},
+            "llm": {"kind": "openai", "base_url": llm_url, "model": "translator"},
             "translation": {"enabled": True, "speak": False, **translation},
         },
     )
@@ -155,7 +155,9 @@ def translation_settings(
 
 def test_translation_needs_an_llm_to_translate_with() -> None:
     with pytest.raises(ConfigError, match=r"translation.enabled needs .* llm.base_url"):
-        load_settings("default", overrides={"translation": {"enabled": True}})
+        load_settings(
+            "default", overrides={"llm": {"kind": "echo"}, "translation": {"enabled": True}}
+        )
 
 
 def test_an_instruction_with_unknown_placeholders_is_refused_at_start() -> None:
@@ -311,7 +313,7 @@ async def test_an_answer_broken_off_mid_stream_gets_a_clear_error_and_the_call_g
 def served_settings(asr_url: str, asr_model: str, llm_url: str, tts_url: str) -> Settings:
     """The server's own settings with ``translation.enabled``: every call is translated."""
     settings = stack_settings(asr_url=asr_url, asr_model=asr_model, tts_url=tts_url)
-    settings.llm = settings.llm.model_copy(update={"base_url": llm_url, "model": "translator"})
+    settings.llm = settings.llm.model_copy(update={"kind": "openai", "base_url": llm_url, "model": "translator"})
     settings.translation = settings.translation.model_copy(update={"enabled": True})
     return settings
 

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
 from pipecat.workers.runner import WorkerRunner
 
 from agent.config import Settings, load_settings
+from agent.fastpath.inline_observers import observe_inline
 from agent.stt import SAMPLE_RATE
 from pipelines.voice_agent import build_voice_agent_task
 from tests.conftest import requires_espeak
@@ -85,9 +87,11 @@ async def start_call() -> AsyncIterator[Any]:
     """Run a call the way the server does (WorkerRunner, cancelled at the end)."""
     running: list[tuple[PipelineWorker, asyncio.Task[None]]] = []
 
-    async def start(settings: Settings) -> Call:
+    async def start(settings: Settings, observers: list[BaseObserver] | None = None) -> Call:
         transport = LoopbackTransport()
         worker = build_voice_agent_task(transport, settings, call_id="test-call")
+        if observers:
+            observe_inline(worker, observers)  # as the server attaches the call's
         started = asyncio.Event()
 
         @worker.event_handler("on_pipeline_started")
@@ -253,17 +257,18 @@ async def test_with_smart_turn_on_a_live_call_is_answered(
     a live call, and the question is answered (within its 3 s fallback at worst, plus the
     usual stages)."""
     from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
-    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+
+    from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
 
     verdicts: list[EndOfTurnState] = []
-    analyze = LocalSmartTurnAnalyzerV3.analyze_end_of_turn
+    analyze = SharedSmartTurnAnalyzer.analyze_end_of_turn
 
-    async def recording(self: LocalSmartTurnAnalyzerV3) -> Any:
+    async def recording(self: SharedSmartTurnAnalyzer) -> Any:
         state, metrics = await analyze(self)
         verdicts.append(state)
         return state, metrics
 
-    monkeypatch.setattr(LocalSmartTurnAnalyzerV3, "analyze_end_of_turn", recording)
+    monkeypatch.setattr(SharedSmartTurnAnalyzer, "analyze_end_of_turn", recording)
     settings = settings_for(
         asr_server_url,
         asr_model_name,
@@ -284,17 +289,70 @@ async def test_with_smart_turn_on_a_live_call_is_answered(
     assert answered_after < 5.0, f"first bot audio {answered_after:.1f} s after the question"
 
 
+class AudioPushes(BaseObserver):
+    """Every processor that pushes caller audio (each push, not only the first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: set[str] = set()
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        from pipecat.frames.frames import InputAudioRawFrame
+
+        if isinstance(data.frame, InputAudioRawFrame):
+            self.sources.add(type(data.source).__name__)
+
+
+@requires_espeak
+async def test_caller_audio_stops_at_the_stt_and_smart_turn_still_hears_it(
+    asr_server_url: str,
+    asr_model_name: str,
+    speech_server: SpeechServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the shipped defaults (adaptive end of turn, Smart Turn on), no caller frame goes
+    past the STT to the aggregators, LLM, TTS and output, yet Smart Turn judges the question
+    from the caller's audio (fed at the input) and the question is answered."""
+    from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
+
+    from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
+
+    verdicts: list[tuple[EndOfTurnState, int]] = []
+    analyze = SharedSmartTurnAnalyzer.analyze_end_of_turn
+
+    async def recording(self: SharedSmartTurnAnalyzer) -> Any:
+        heard = self.state_nbytes
+        state, metrics = await analyze(self)
+        verdicts.append((state, heard))
+        return state, metrics
+
+    monkeypatch.setattr(SharedSmartTurnAnalyzer, "analyze_end_of_turn", recording)
+    settings = settings_for(
+        asr_server_url,
+        asr_model_name,
+        tts={"kind": "openai", "base_url": speech_server.base_url, "sample_rate": 24000},
+    )
+    assert settings.turn.end_of_turn == "adaptive" and settings.turn.smart_turn
+    pushes = AudioPushes()
+    call = await start_call_fixture(settings, observers=[pushes])
+    spoken_at = await call.say("please call me back tomorrow morning")
+    await call.wait_for(lambda: len(call.transport.output().voiced_since(spoken_at)) > 0)
+    assert verdicts, "Smart Turn was never asked about the question"
+    assert all(heard > 16000 for _state, heard in verdicts), "Smart Turn heard no speech"
+    assert pushes.sources <= {"LoopbackInput", "VADProcessor"}, pushes.sources
+
+
 def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
     """Smart Turn v3 ships inside Pipecat's wheel (no download). With the silence rule it
     decides the end of the turn instead of the plain speech timeout; by default it is the
     adaptive strategy's second opinion on complete questions."""
-    from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
     from pipecat.turns.user_stop import (
         SpeechTimeoutUserTurnStopStrategy,
         TurnAnalyzerUserTurnStopStrategy,
     )
 
     from agent.config import TurnSettings
+    from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
     from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
     from pipelines.voice_agent import _user_params
 
@@ -306,12 +364,13 @@ def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
 
     smart = stop_strategy(TurnSettings(end_of_turn="silence", smart_turn=True))
     assert isinstance(smart, TurnAnalyzerUserTurnStopStrategy)
-    assert isinstance(smart._turn_analyzer, LocalSmartTurnAnalyzerV3)
+    assert isinstance(smart._turn_analyzer, SharedSmartTurnAnalyzer)
     plain = stop_strategy(TurnSettings(end_of_turn="silence", smart_turn=False))
     assert type(plain) is SpeechTimeoutUserTurnStopStrategy
     adaptive = stop_strategy(TurnSettings())
     assert isinstance(adaptive, AdaptiveUserTurnStopStrategy)
-    assert isinstance(adaptive._analyzer, LocalSmartTurnAnalyzerV3)
+    assert isinstance(adaptive._analyzer, SharedSmartTurnAnalyzer)
+    assert adaptive._analyzer.params.pre_speech_ms == 1000  # a short "um" the VAD missed
     # Pipecat's fallback is a safety net behind the strategy's own longest deadline.
     assert _user_params(TurnSettings()).user_turn_stop_timeout > adaptive.longest_wait_s
     patient = _user_params(TurnSettings(), late_final_s=10.0).user_turn_stop_timeout

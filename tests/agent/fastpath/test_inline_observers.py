@@ -121,11 +121,24 @@ async def test_a_worker_calls_inline_observers_with_every_frame_and_first_push_m
     assert any(d.frame is text for d in processes.processed)
 
 
+async def test_a_second_call_before_the_worker_runs_adds_members_after_the_first() -> None:
+    """The pipeline attaches its own observers, then the server the call's: all are called."""
+    first, second = Recorder(every_push=False), Recorder()
+    worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
+    observe_inline(worker, [first])
+    observe_inline(worker, [second])
+    text = TextFrame("hello")
+    await run_worker(worker, text)
+    assert first.set_up and second.set_up and first.cleaned_up and second.cleaned_up
+    assert [d.frame for d in first.pushes].count(text) == 1
+    assert [d.frame for d in second.pushes].count(text) >= 2
+
+
 async def test_observe_inline_refuses_a_worker_that_already_runs_its_observers() -> None:
     worker = PipelineWorker(Pipeline([Echo()]), idle_timeout_secs=None, enable_rtvi=False)
-    observe_inline(worker, [])
+    await worker._observer.setup(TaskManager())  # what running the worker does first
     with pytest.raises(RuntimeError, match="observers"):
-        observe_inline(worker, [])  # no plain WorkerObserver left to replace
+        observe_inline(worker, [])  # Pipecat's observers already run with their proxies
 
 
 async def test_inline_observers_see_what_pipecats_proxied_observers_see() -> None:

@@ -191,3 +191,20 @@ async def test_a_turn_left_to_pipecats_fallback_is_counted_as_an_error() -> None
     errors = ("voice_agent_errors_total", (("category", "turn"), ("kind", "turn_fallback")))
     assert scrape(metrics)[errors] == 1
     assert any(TURN_FALLBACK_WARNING in w for w in warnings)
+
+
+async def test_smart_turn_verdicts_are_counted_for_the_whole_process() -> None:
+    """Each verdict of the shared model counts once, whichever call asked (the capacity bench
+    reads inferences per call-minute from it)."""
+    import numpy as np
+
+    from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
+
+    metrics = AgentMetrics(process=False)
+    before = scrape(metrics)[("voice_agent_smart_turn_inferences_total", ())]
+    calls = [SharedSmartTurnAnalyzer() for _ in range(2)]
+    for analyzer in calls:
+        analyzer.set_sample_rate(8000)
+        analyzer.append_audio((np.arange(8000) % 200 * 50).astype(np.int16).tobytes(), True)
+    await asyncio.gather(*(analyzer.analyze_end_of_turn() for analyzer in calls))
+    assert scrape(metrics)[("voice_agent_smart_turn_inferences_total", ())] == before + 2

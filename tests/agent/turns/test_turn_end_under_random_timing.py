@@ -204,5 +204,6 @@ def test_every_utterance_ends_in_one_turn_on_time_with_all_its_words(
             if smart_turn is None:
                 assert ended <= max(speech_end, final_at) + SLACK_S
             elif smart_turn.state == EndOfTurnState.COMPLETE:
-                verdict_at = last_stop + smart_turn.delay_s
+                # Asked at the pause, or when the final makes the words a question.
+                verdict_at = max(last_stop, final_at) + smart_turn.delay_s
                 assert ended <= max(speech_end, final_at, verdict_at) + SLACK_S
