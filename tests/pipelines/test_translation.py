@@ -313,7 +313,9 @@ async def test_an_answer_broken_off_mid_stream_gets_a_clear_error_and_the_call_g
 def served_settings(asr_url: str, asr_model: str, llm_url: str, tts_url: str) -> Settings:
     """The server's own settings with ``translation.enabled``: every call is translated."""
     settings = stack_settings(asr_url=asr_url, asr_model=asr_model, tts_url=tts_url)
-    settings.llm = settings.llm.model_copy(update={"kind": "openai", "base_url": llm_url, "model": "translator"})
+    settings.llm = settings.llm.model_copy(
+        update={"kind": "openai", "base_url": llm_url, "model": "translator"}
+    )
     settings.translation = settings.translation.model_copy(update={"enabled": True})
     return settings
 

@@ -313,7 +313,9 @@ async def test_the_playground_shows_a_translation_call_as_it_is_translated(
     the bot's reply)."""
     with SpeechServer(voice="espeak") as tts, ChatServer(script=french) as chat:
         settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
-        settings.llm = settings.llm.model_copy(update={"kind": "openai", "base_url": chat.base_url, "model": "m"})
+        settings.llm = settings.llm.model_copy(
+            update={"kind": "openai", "base_url": chat.base_url, "model": "m"}
+        )
         settings.translation = settings.translation.model_copy(update={"enabled": True})
         with (
             running_server(settings) as (url, _app),
