@@ -45,11 +45,11 @@ fire while the words that break the quiet are still queued, and a short word the
 most :data:`MAX_AUDIO_LAG_S` past its deadline.
 
 Smart Turn gets the caller's audio at the pipeline's rate (a phone call's 8 kHz is resampled
-to the model's 16 kHz). It is asked only at a pause where its verdict decides something: when
-the words so far read like a complete question. At the VAD stop that is known from the
-interim transcript, and the model then runs (on the process's shared model thread) while the
-recognizer finishes; when only the final transcript makes the turn a question, it is asked
-then, and that turn waits for it. Statements, fragments and empty segments never ask it.
+to the model's 16 kHz). It is asked only at a pause where its verdict may decide something:
+at the VAD stop, unless the interim transcript already shows words that cannot end on the short
+wait (a statement, a fragment); the model then runs (on the process's shared model thread)
+while the recognizer finishes. When the interim ruled it out but the final transcript makes
+the turn complete, it is asked then, and that turn waits for it.
 """
 
 from __future__ import annotations
@@ -226,6 +226,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._speaking = True
             self._segments_heard += 1
             self._segments_due += 1
+            self._interim = ""  # a new segment: its words are not known yet
             self._speech_ended_at = self._quiet_heard_s = None
             self._verdict, self._verdict_due = None, False
             self._schedule()
@@ -283,22 +284,31 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         return max(SOUND_RATIO * self._speech_rms, FLOOR_MARGIN * (self._floor_rms or 0.0))
 
     def _verdict_would_decide(self) -> bool:
-        """Whether Smart Turn's verdict on this pause changes when the turn ends: only when the
+        """Whether Smart Turn's verdict on this pause may change when the turn ends: when the
         words so far (finals, and the interim of the segment just spoken) could end the turn on
-        the short wait (``text_check``). Anything else waits ``unfinished_wait_s`` whatever
-        the model says, so it is not asked (a verdict costs ~50 ms of a core)."""
+        the short wait (``text_check``), or when the segment's words are not known yet (no
+        interim: a short word such as "Stop." is often decoded only after the VAD stop; the
+        verdict then runs beside the recognizer, so a slow final does not also wait for it).
+        Anything else waits ``unfinished_wait_s`` whatever the model says, so it is not asked
+        (a verdict costs ~50 ms of a core)."""
         if self._analyzer is None or self._complete_wait_s >= self._unfinished_wait_s:
             return False
-        return self._words_allow_short_wait(f"{self._text} {self._interim}")
+        if not self._interim.strip():
+            return True
+        heard = f"{self._text} {self._interim}".strip()
+        # An interim is never closed by punctuation: would it read as complete once it is?
+        return self._words_allow_short_wait(heard) or self._words_allow_short_wait(f"{heard}.")
 
     def _verdict_still_needed(self) -> bool:
         """A final transcript made the pause a question, and Smart Turn has not been asked."""
         return (
-            not self._speaking
+            self._analyzer is not None
+            and self._complete_wait_s < self._unfinished_wait_s
+            and not self._speaking
             and self._speech_ended_at is not None
             and self._verdict is None
             and not self._verdict_due
-            and self._verdict_would_decide()
+            and self._words_allow_short_wait(self._text)
         )
 
     async def _ask_analyzer(self) -> None:

@@ -6,6 +6,7 @@ loopback, for Twilio and for Telnyx (the carriers' protocol callers in
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,7 +229,9 @@ async def test_numbers_said_on_the_call_are_redacted_before_they_are_kept(
         await stream.close()
     record = call.as_record()
     by_speaker = {u["speaker"]: u["text"] for u in record["utterances"]}
-    assert "[card number]" in by_speaker["caller"], by_speaker
+    # A card number heard with one digit wrong fails the Luhn check and is kept as an account
+    # number: redacted all the same (which label a number gets is the unit tests' business).
+    assert re.search(r"\[(card|account) number\]", by_speaker["caller"]), by_speaker
     assert "[phone number]" in by_speaker["agent"], by_speaker
     assert not any(ch.isdigit() for text in by_speaker.values() for ch in text), by_speaker
     assert record["attributes"]["redacted"] == "true"

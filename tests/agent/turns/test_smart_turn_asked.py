@@ -1,10 +1,11 @@
-"""Smart Turn is asked only at pauses where its verdict decides when the turn ends.
+"""Smart Turn is asked only at pauses where its verdict may decide when the turn ends.
 
-With the adaptive strategy, the verdict matters only when the words so far read like a
-complete question (COMPLETE ends the turn at once, INCOMPLETE after the longer wait); every
-other turn waits the longer wait whatever the model says, so the model (~50 ms of a core per
-verdict) is not asked. The words come in the interim transcript before the VAD stop, or only
-in the final one after it."""
+With the adaptive strategy, the verdict matters only when the words so far could end the turn
+on the short wait (COMPLETE ends the turn at once, INCOMPLETE after the longer wait); a turn
+whose words rule that out waits the longer wait whatever the model says, so the model (~50 ms
+of a core per verdict) is not asked. The words come in the interim transcript before the VAD
+stop, or only in the final one after it; a segment with no interim yet may be anything, so it
+is judged at the VAD stop, beside the recognizer."""
 
 from __future__ import annotations
 
@@ -48,19 +49,33 @@ async def make() -> AsyncIterator[Any]:
         await strategy.cleanup()
 
 
-async def test_statements_and_fragments_never_ask_the_model(make: Any) -> None:
+async def test_statements_and_fragments_heard_in_the_interim_never_ask_the_model(
+    make: Any,
+) -> None:
+    analyzer = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
+    turn = await make(analyzer)
+    for words in ("I would like to book a table", "for two people."):
+        await turn.speak()
+        await turn.strategy.process_frame(InterimTranscriptionFrame(words.lower(), "u", "t"))
+        await turn.pause(words)
+    await asyncio.sleep(WAIT_S + 0.05)
+    assert len(turn.ended) == 1
+    assert analyzer.asked == 0
+
+
+async def test_a_segment_not_heard_yet_is_judged_at_the_vad_stop(make: Any) -> None:
+    """A short word ("Stop.") is often decoded only after the VAD stop: the model judges the
+    pause beside the recognizer, so a slow final does not wait for the verdict too."""
     analyzer = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
     turn = await make(analyzer)
     await turn.speak()
-    await turn.pause("I would like to book a table")
-    await turn.speak()
-    await turn.pause("for two people.")
-    await asyncio.sleep(WAIT_S + 0.05)
-    assert len(turn.ended) == 1
-    await turn.speak()
-    await turn.pause("")  # a cough: no words
-    await asyncio.sleep(WAIT_S + 0.05)
-    assert analyzer.asked == 0
+    await turn.pause(None)
+    await asyncio.sleep(0.01)
+    assert analyzer.asked == 1, "not asked at the VAD stop"
+    await turn.transcribed("Stop.")
+    await asyncio.sleep(0.05)
+    assert analyzer.asked == 1
+    assert turn.after_speech() < STOP_SECS + 0.1
 
 
 async def test_a_question_heard_in_the_interim_is_judged_at_the_vad_stop(make: Any) -> None:
