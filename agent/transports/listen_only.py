@@ -60,6 +60,7 @@ from agent.transports.telephony import (
     TwilioProvider,
     _close_quietly,
     _read_start,
+    bad_message_reporter,
     public_base_url,
     websocket_url,
 )
@@ -389,19 +390,7 @@ class ListenOnlyStreams:
             self._count(kind, why)
 
     def _bad_message_reporter(self, call: Call) -> Callable[[str, str], None]:
-        logged = False
-
-        def report(why: str, sample: str) -> None:
-            nonlocal logged
-            self._count_bad_input(f"{call.kind}_message", why)
-            if not logged:
-                logged = True
-                logger.warning(
-                    f"call {call.id}: ignoring stream input ({why}): {sample[:120]!r} "
-                    "(further ones are only counted)"
-                )
-
-        return report
+        return bad_message_reporter(call, self._count_bad_input)
 
 
 class _Track:

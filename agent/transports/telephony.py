@@ -594,20 +594,7 @@ class TelephonyCalls:
             self._count(kind, why)
 
     def _bad_message_reporter(self, call: Call) -> Callable[[str, str], None]:
-        """Count every malformed message of the call; log the first one, cut short."""
-        logged = False
-
-        def report(why: str, sample: str) -> None:
-            nonlocal logged
-            self._count_bad_input(f"{call.kind}_message", why)
-            if not logged:
-                logged = True
-                logger.warning(
-                    f"call {call.id}: ignoring media-stream input ({why}): "
-                    f"{sample[:200]!r} (further ones are only counted)"
-                )
-
-        return report
+        return bad_message_reporter(call, self._count_bad_input)
 
 
 async def _read_start(websocket: WebSocket, provider: TelephonyProvider) -> StreamStart:
@@ -639,3 +626,24 @@ async def _close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
     except (RuntimeError, OSError, WebSocketDisconnect):
         pass  # the caller hung up first: nothing left to close
+
+
+def bad_message_reporter(
+    call: Call, count_bad_input: Callable[[str, str], None]
+) -> Callable[[str, str], None]:
+    """A stream's report of a malformed message: every one is counted (as
+    ``<call kind>_message``), only the first is logged, cut short: a broken or hostile peer
+    cannot flood the log."""
+    logged = False
+
+    def report(why: str, sample: str) -> None:
+        nonlocal logged
+        count_bad_input(f"{call.kind}_message", why)
+        if not logged:
+            logged = True
+            logger.warning(
+                f"call {call.id}: ignoring media-stream input ({why}): "
+                f"{sample[:200]!r} (further ones are only counted)"
+            )
+
+    return report
