@@ -50,7 +50,6 @@ from agent.transports.telephony import (
     AUDIO_BURST_S,
     BUSY_CLOSE_CODE,
     GOING_AWAY_CLOSE_CODE,
-    MAX_WEBHOOK_BYTES,
     MIN_AWAITING_START,
     POLICY_CLOSE_CODE,
     START_TIMEOUT_S,
@@ -62,6 +61,7 @@ from agent.transports.telephony import (
     _read_start,
     bad_message_reporter,
     public_base_url,
+    refuse_webhook,
     websocket_url,
 )
 
@@ -241,23 +241,15 @@ class ListenOnlyStreams:
 
     def _add_routes(self, carrier: ListenOnlyCarrier) -> None:
         async def webhook(request: Request) -> Response:
-            declared = request.headers.get("content-length", "0")
-            if declared.isdigit() and int(declared) > MAX_WEBHOOK_BYTES:
-                return Response("webhook body too large\n", 413, media_type="text/plain")
-            check = await carrier.provider.verify_webhook(request)
-            if not check.signed:
-                source = request.client.host if request.client else "unknown"
-                if not self._limiter.allow(source):
-                    self._count_bad_input(f"{carrier.name}_analytics_webhook", "rate limited")
-                    return Response(
-                        "too many webhook requests from this address; slow down\n",
-                        status_code=429,
-                        media_type="text/plain",
-                        headers={"Retry-After": str(self._limiter.retry_after_s)},
-                    )
-                if check.refusal is not None:
-                    logger.warning(check.reason)
-                    return check.refusal
+            refusal = await refuse_webhook(
+                request,
+                carrier.provider,
+                self._limiter,
+                self._count_bad_input,
+                f"{carrier.name}_analytics_webhook",
+            )
+            if refusal is not None:
+                return refusal
             if not self._registry.has_capacity:
                 logger.warning(f"{carrier.name} analytics: full or draining; call not recorded")
                 return Response(dial_only_markup(self._dial), media_type="application/xml")

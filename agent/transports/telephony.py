@@ -179,6 +179,36 @@ def _declared_length(request: Request) -> int:
     return int(value) if value.isdigit() else 0
 
 
+async def refuse_webhook(
+    request: Request,
+    provider: TelephonyProvider,
+    limiter: PerSourceLimiter,
+    count_bad_input: Callable[[str, str], None],
+    kind: str,
+) -> Response | None:
+    """The answer to a carrier webhook that must not be served (too large, unsigned past the
+    source's limit, badly signed), or ``None``. The signature is checked first: a carrier's
+    signed webhook never waits in a stranger's bucket (``kind`` names the counter)."""
+    if _declared_length(request) > MAX_WEBHOOK_BYTES:
+        return Response("webhook body too large\n", 413, media_type="text/plain")
+    check = await provider.verify_webhook(request)
+    if check.signed:
+        return None
+    source = request.client.host if request.client else "unknown"
+    if not limiter.allow(source):
+        count_bad_input(kind, "rate limited")
+        return Response(
+            "too many webhook requests from this address; slow down\n",
+            status_code=429,
+            media_type="text/plain",
+            headers={"Retry-After": str(limiter.retry_after_s)},
+        )
+    if check.refusal is not None:
+        logger.warning(check.reason)
+        return check.refusal
+    return None
+
+
 # ---------------------------------------------------------------------------- providers
 
 
@@ -461,22 +491,11 @@ class TelephonyCalls:
 
     def _add_routes(self, provider: TelephonyProvider) -> None:
         async def webhook(request: Request) -> Response:
-            if _declared_length(request) > MAX_WEBHOOK_BYTES:
-                return Response("webhook body too large\n", 413, media_type="text/plain")
-            check = await provider.verify_webhook(request)
-            if not check.signed:  # unsigned traffic shares the source's bucket; the carrier's not
-                source = request.client.host if request.client else "unknown"
-                if not self._limiter.allow(source):
-                    self._count_bad_input(f"{provider.name}_webhook", "rate limited")
-                    return Response(
-                        "too many webhook requests from this address; slow down\n",
-                        status_code=429,
-                        media_type="text/plain",
-                        headers={"Retry-After": str(self._limiter.retry_after_s)},
-                    )
-                if check.refusal is not None:
-                    logger.warning(check.reason)
-                    return check.refusal
+            refusal = await refuse_webhook(
+                request, provider, self._limiter, self._count_bad_input, f"{provider.name}_webhook"
+            )
+            if refusal is not None:
+                return refusal
             return await provider.answer_webhook(request, busy=not self._registry.has_capacity)
 
         async def media(websocket: WebSocket) -> None:
