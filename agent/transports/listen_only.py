@@ -34,7 +34,7 @@ from typing import Protocol
 from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import Response
 from loguru import logger
 
@@ -52,13 +52,12 @@ from agent.transports.telephony import (
     GOING_AWAY_CLOSE_CODE,
     MIN_AWAITING_START,
     POLICY_CLOSE_CODE,
-    START_TIMEOUT_S,
     TELEPHONY_SAMPLE_RATE,
     StreamStart,
     TelephonyProvider,
     TwilioProvider,
     _close_quietly,
-    _read_start,
+    authorized_start,
     bad_message_reporter,
     public_base_url,
     refuse_webhook,
@@ -276,21 +275,16 @@ class ListenOnlyStreams:
             return
         self._awaiting_start += 1
         try:
-            start = await asyncio.wait_for(
-                _read_start(websocket, carrier.provider), START_TIMEOUT_S
+            start = await authorized_start(
+                websocket,
+                carrier.provider,
+                carrier.authorize,
+                f"{carrier.name} analytics: stream",
+                lambda: self._count_bad_input(f"{carrier.name}_analytics_start", "malformed"),
             )
-        except (TimeoutError, ValueError, WebSocketDisconnect) as exc:
-            why = "no 'start' in time" if isinstance(exc, TimeoutError) else str(exc)[:200]
-            logger.warning(f"{carrier.name} analytics: stream refused: {why}")
-            self._count_bad_input(f"{carrier.name}_analytics_start", "malformed")
-            await _close_quietly(websocket, POLICY_CLOSE_CODE, f"expected a 'start': {why}"[:120])
-            return
         finally:
             self._awaiting_start -= 1
-        start.query = dict(websocket.query_params)
-        if not carrier.authorize(start):
-            logger.warning(f"{carrier.name} analytics: stream token missing or wrong; closing")
-            await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
+        if start is None:
             return
         key = (carrier.name, start.call_id)
         if key in self._open_streams:

@@ -522,19 +522,16 @@ class TelephonyCalls:
             return
         self._awaiting_start += 1
         try:
-            start = await asyncio.wait_for(_read_start(websocket, provider), START_TIMEOUT_S)
-        except (TimeoutError, ValueError, WebSocketDisconnect) as exc:
-            why = "no 'start' in time" if isinstance(exc, TimeoutError) else str(exc)[:200]
-            logger.warning(f"{provider.name}: media stream refused: {why or type(exc).__name__}")
-            self._count_bad_input(f"{provider.name}_start")
-            await _close_quietly(websocket, POLICY_CLOSE_CODE, f"expected a 'start': {why}"[:120])
-            return
+            start = await authorized_start(
+                websocket,
+                provider,
+                provider.authorize,
+                f"{provider.name}: media stream",
+                lambda: self._count_bad_input(f"{provider.name}_start"),
+            )
         finally:
             self._awaiting_start -= 1
-        start.query = dict(websocket.query_params)
-        if not provider.authorize(start):
-            logger.warning(f"{provider.name}: media stream token missing or wrong; closing")
-            await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
+        if start is None:
             return
         carrier_call = (provider.name, start.call_id)
         if carrier_call in self._open_streams:
@@ -614,6 +611,32 @@ class TelephonyCalls:
 
     def _bad_message_reporter(self, call: Call) -> Callable[[str, str], None]:
         return bad_message_reporter(call, self._count_bad_input)
+
+
+async def authorized_start(
+    websocket: WebSocket,
+    provider: TelephonyProvider,
+    authorize: Callable[[StreamStart], bool],
+    what: str,
+    count_malformed: Callable[[], None],
+) -> StreamStart | None:
+    """The stream's ``start``, read within :data:`START_TIMEOUT_S` and passed by ``authorize``
+    (its token); ``None`` once the socket is closed with the reason, logged as ``what``, when
+    it is not."""
+    try:
+        start = await asyncio.wait_for(_read_start(websocket, provider), START_TIMEOUT_S)
+    except (TimeoutError, ValueError, WebSocketDisconnect) as exc:
+        why = "no 'start' in time" if isinstance(exc, TimeoutError) else str(exc)[:200]
+        logger.warning(f"{what} refused: {why or type(exc).__name__}")
+        count_malformed()
+        await _close_quietly(websocket, POLICY_CLOSE_CODE, f"expected a 'start': {why}"[:120])
+        return None
+    start.query = dict(websocket.query_params)
+    if not authorize(start):
+        logger.warning(f"{what} token missing or wrong; closing")
+        await _close_quietly(websocket, POLICY_CLOSE_CODE, "unauthorized stream")
+        return None
+    return start
 
 
 async def _read_start(websocket: WebSocket, provider: TelephonyProvider) -> StreamStart:
