@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -205,6 +205,25 @@ def redacted_log() -> Iterator[list[str]]:
     sink = logger.add(lines.append, level="TRACE", **handler_options(log_transcripts=False))
     try:
         yield lines
+    finally:
+        logger.remove(sink)
+
+
+@pytest.fixture
+def turn_log() -> Iterator[list[dict[str, Any]]]:
+    """The server's ``turn_latency`` log records while the test runs: their bound fields (the
+    turn's stages, ``complete``), plus ``text``, the message."""
+    from loguru import logger
+
+    records: list[dict[str, Any]] = []
+    sink = logger.add(
+        lambda message: records.append(
+            dict(message.record["extra"], text=message.record["message"])
+        ),
+        filter=lambda record: record["extra"].get("event") == "turn_latency",
+    )
+    try:
+        yield records
     finally:
         logger.remove(sink)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from importlib import resources
 
 import numpy as np
 import onnxruntime
+
+from agent.per_loop import PerLoop
 
 MODEL_SAMPLE_RATE = 16000
 """The rate the model was trained on (audio is resampled to it before the features)."""
@@ -221,15 +222,9 @@ class SmartTurnBatcher:
         return [r if isinstance(r, Exception) else next(probabilities) for r in results]
 
 
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SmartTurnBatcher] = (
-    weakref.WeakKeyDictionary()
-)
+_batchers: PerLoop[SmartTurnBatcher] = PerLoop(SmartTurnBatcher)
 
 
 def shared_batcher() -> SmartTurnBatcher:
     """The running event loop's batcher (created on first use), over the process's session."""
-    loop = asyncio.get_running_loop()
-    batcher = _batchers.get(loop)
-    if batcher is None:
-        batcher = _batchers[loop] = SmartTurnBatcher()
-    return batcher
+    return _batchers.get()

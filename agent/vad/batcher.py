@@ -39,13 +39,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 import onnxruntime
+
+from agent.per_loop import PerLoop
 
 SAMPLE_RATES = (8000, 16000)
 WINDOW_SAMPLES = {16000: 512, 8000: 256}
@@ -346,15 +347,9 @@ def _fail(item: _Queued, exc: Exception) -> None:
         item.future.set_exception(exc)
 
 
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SileroBatcher] = (
-    weakref.WeakKeyDictionary()
-)
+_batchers: PerLoop[SileroBatcher] = PerLoop(SileroBatcher)
 
 
 def shared_batcher() -> SileroBatcher:
     """The running event loop's batcher (created on first use), over the process's session."""
-    loop = asyncio.get_running_loop()
-    batcher = _batchers.get(loop)
-    if batcher is None:
-        batcher = _batchers[loop] = SileroBatcher()
-    return batcher
+    return _batchers.get()

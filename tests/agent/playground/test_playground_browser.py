@@ -26,7 +26,6 @@ import httpx
 import pytest
 import websockets
 from fastapi import FastAPI
-from loguru import logger
 
 from agent.observability.metrics import STAGES
 from tests.agent.transports.stack import (
@@ -56,20 +55,6 @@ def server(asr_server_url: str, asr_model_name: str) -> Iterator[tuple[str, Fast
         settings = stack_settings(asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts.url)
         with running_server(settings) as running:
             yield running
-
-
-@pytest.fixture
-def turn_log() -> Iterator[list[dict[str, Any]]]:
-    """The server's ``turn_latency`` log records (their bound fields)."""
-    records: list[dict[str, Any]] = []
-    sink = logger.add(
-        lambda message: records.append(dict(message.record["extra"])),
-        filter=lambda record: record["extra"].get("event") == "turn_latency",
-    )
-    try:
-        yield records
-    finally:
-        logger.remove(sink)
 
 
 # Installed in the page before Connect: remembers what the meter and the "You" pill showed,

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from loguru import logger
 
 from agent.config import LLMSettings
 from tests.agent.playground.test_playground_browser import QUESTION, READ_THE_BAR, Browser
@@ -38,19 +37,6 @@ def server(
         settings = settings.model_copy(update={"llm": local_llm})
         with running_server(settings) as running:
             yield running
-
-
-@pytest.fixture
-def turn_log() -> Iterator[list[dict[str, Any]]]:
-    records: list[dict[str, Any]] = []
-    sink = logger.add(
-        lambda message: records.append(dict(message.record["extra"])),
-        filter=lambda record: record["extra"].get("event") == "turn_latency",
-    )
-    try:
-        yield records
-    finally:
-        logger.remove(sink)
 
 
 async def test_the_playground_answers_a_spoken_question_with_a_generated_sentence(
