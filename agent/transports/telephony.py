@@ -81,8 +81,8 @@ MIN_AWAITING_START = 20
 WHISPER_PATH = "/telephony/twilio/whisper"
 
 MAX_WEBHOOK_BYTES = 64 * 1024
-"""A carrier's webhook is a form of a few hundred bytes; a larger declared body is refused
-before it is read (its signature is checked before any limit)."""
+"""A carrier's webhook is a form of a few hundred bytes; a larger body is refused: before it is
+read when its Content-Length says so, as soon as it passes the cap when it comes chunked."""
 
 BUSY_CLOSE_CODE = 1013  # "try again later"
 GOING_AWAY_CLOSE_CODE = 1001  # the server is draining
@@ -179,6 +179,21 @@ def _declared_length(request: Request) -> int:
     return int(value) if value.isdigit() else 0
 
 
+async def _body_within_cap(request: Request) -> bool:
+    """Read the body, stopping once it passes :data:`MAX_WEBHOOK_BYTES` (``False``): a chunked
+    body declares no length, and the signature check would otherwise read all of it into
+    memory. What was read is kept where Starlette's ``body()`` and ``form()`` look first."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_WEBHOOK_BYTES:
+            return False
+        chunks.append(chunk)
+    request._body = b"".join(chunks)  # Starlette's own cache of the body
+    return True
+
+
 async def refuse_webhook(
     request: Request,
     provider: TelephonyProvider,
@@ -189,7 +204,7 @@ async def refuse_webhook(
     """The answer to a carrier webhook that must not be served (too large, unsigned past the
     source's limit, badly signed), or ``None``. The signature is checked first: a carrier's
     signed webhook never waits in a stranger's bucket (``kind`` names the counter)."""
-    if _declared_length(request) > MAX_WEBHOOK_BYTES:
+    if _declared_length(request) > MAX_WEBHOOK_BYTES or not await _body_within_cap(request):
         return Response("webhook body too large\n", 413, media_type="text/plain")
     check = await provider.verify_webhook(request)
     if check.signed:
