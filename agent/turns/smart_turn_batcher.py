@@ -37,6 +37,7 @@ from importlib import resources
 import numpy as np
 import onnxruntime
 
+from agent.memory import release_free_memory
 from agent.per_loop import PerLoop
 
 MODEL_SAMPLE_RATE = 16000
@@ -215,6 +216,7 @@ class SmartTurnBatcher:
         except Exception as exc:
             STATS.failed += len(rows)
             return [r if isinstance(r, Exception) else exc for r in results]
+        release_free_memory()  # the run's working memory, kept by malloc otherwise
         STATS.batches += 1
         STATS.inferences += len(rows)
         STATS.largest_batch = max(STATS.largest_batch, len(rows))
