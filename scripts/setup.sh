@@ -43,6 +43,26 @@ find_python() {
 
 if [ "${1:-}" != "--no-system" ]; then install_system_packages; fi
 
+# The deployment checks' tools (checkov, kubernetes-validate) clash with the project's
+# dependencies: they get a venv of their own. It is installed beside the project's (pip spends
+# most of a fresh setup on one core: the two installs take the time of the longer one).
+install_tools() {
+  set -euo pipefail
+  echo "setup: installing the deployment checks' tools into .venv-tools"
+  [ -x .venv-tools/bin/python ] || "$(find_python)" -m venv .venv-tools
+  .venv-tools/bin/python -m pip install -q -r deploy/tools-requirements.txt
+  rm -f .venv-tools/.installed-* && touch "$tools_stamp"
+}
+tools_stamp=.venv-tools/.installed-$(sha1sum deploy/tools-requirements.txt | cut -c1-12)
+tools_pid=""
+if [ ! -f "$tools_stamp" ]; then
+  tools_log=$(mktemp)
+  install_tools >"$tools_log" 2>&1 &
+  tools_pid=$!
+  # If the project's install fails, the script still waits for this one: nothing left running.
+  trap 'wait "$tools_pid" 2>/dev/null || true' EXIT
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python="$(find_python)"
   echo "setup: creating .venv with $python"
@@ -53,23 +73,29 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the project and its extras into .venv (a minute or two the first time)"
-  .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   if ! .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
-    echo "setup: building llama-cpp-python for the local LLM (once: about 9 minutes on 2 cores;" \
-      "pip caches the wheel)"
+    echo "setup: building llama-cpp-python for the local LLM unless pip has its wheel (once:" \
+      "about 9 minutes on 2 cores; pip caches the wheel)"
   fi
-  if ! .venv/bin/python -m pip install -q -e ".[local-llm]"; then
-    echo "setup: the local LLM did not install (above: why); serve will use the echo responder" >&2
+  # One pip run for everything (each run also builds the project's editable wheel); the
+  # local LLM is optional: if that run fails, the rest is installed without it.
+  if ! .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev,local-llm]"; then
+    echo "setup: the install with the local LLM failed (above: why); installing without it:" \
+      "serve will use the echo responder" >&2
+    .venv/bin/python -m pip install -q -e ".[offline,sagemaker,tracing,dev]"
   fi
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 
-# The deployment checks' tools (checkov, kubernetes-validate) clash with the project's
-# dependencies: they get a venv of their own.
-tools_stamp=.venv-tools/.installed-$(sha1sum deploy/tools-requirements.txt | cut -c1-12)
-if [ ! -f "$tools_stamp" ]; then
-  echo "setup: installing the deployment checks' tools into .venv-tools"
-  [ -x .venv-tools/bin/python ] || "$(find_python)" -m venv .venv-tools
-  .venv-tools/bin/python -m pip install -q -r deploy/tools-requirements.txt
-  rm -f .venv-tools/.installed-* && touch "$tools_stamp"
+# The deployment checks' tools installed in the background (above) must be there too.
+if [ -n "$tools_pid" ]; then
+  tools_rc=0
+  wait "$tools_pid" || tools_rc=$?
+  trap - EXIT
+  cat "$tools_log"
+  rm -f "$tools_log"
+  if [ "$tools_rc" != 0 ]; then
+    echo "setup: installing the deployment checks' tools into .venv-tools failed (above: why)" >&2
+    exit "$tools_rc"
+  fi
 fi

@@ -51,12 +51,13 @@ def spoken_seconds(text: str) -> float:
 
 
 def transfers_to(destination: str):  # type: ignore[no-untyped-def]
-    """A model that transfers whoever mentions a person, and reads tool results back."""
+    """A model that transfers whoever mentions a person, and reads back the first clause of a
+    tool's result (the whole result, destinations listed, took the line 10 s to speak)."""
 
     def script(messages: list[dict[str, Any]]) -> str | ToolCall:
         results = tool_results(messages)
         if results and messages[-1].get("role") == "tool":
-            return f"The transfer tool said: {results[-1]}"
+            return f"The transfer tool said: {results[-1].split(';')[0]}."
         if "person" in last_user_text(messages).lower():
             return ToolCall("transfer_call", {"destination": destination})
         return "How can I help?"
