@@ -12,8 +12,14 @@ and how many concurrent both-tracks streams one core holds.
    ``bench/peers.py`` and the load client on core 1): N streams, each carrying both tracks at
    real-time pace, the speakers taking turns with espeak sentences (1-2 s pauses, random
    lead-in). Server CPU over a window, and p50/p95 end of speech → final utterance event.
+   Each N runs twice, in the same run: the server's track path (``gated``: the VAD inline,
+   only speech down the STT's pipeline) and the baseline it replaced (``pipeline``: a
+   VAD stage and a speech clock in each track's STT pipeline, every frame through it,
+   :class:`PipelineTrack` below), so the ratio between them holds whatever else the machine
+   does.
 
     .venv/bin/python -m bench.analytics [--steps 1,25,50,100] [--window 20] [--skip-speech]
+        [--tracks pipeline,gated]
 
 Results: bench/results/analytics.md. The machine may be shared: the report records ``uptime``.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -246,16 +254,77 @@ async def real_speech(lines: list[str]) -> None:
 # ----------------------------------------------------------------------------- capacity
 
 
-def serve(port: int, stt_url: str) -> None:
-    """The server child: pinned to its core, analytics on, the instant peer as its STT."""
+class PipelineTrack:
+    """The baseline: the track path before the speech gate (as of commit 2ae49b1). The
+    :class:`~agent.stt.client.RealtimeTranscriber` runs the VAD stage (``VADProcessor``) and
+    its speech clock in each track's STT pipeline, so every 60 ms frame crosses them and the
+    service, speech or silence."""
+
+    def __init__(self, settings: Any, *, sample_rate: int, on_event: Callable[[Any], None]) -> None:
+        from pipecat.audio.vad.vad_analyzer import VADParams
+
+        from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+        from agent.stt.client import RealtimeTranscriber
+        from pipelines.analytics import VAD_STOP_SECS
+        from pipelines.services import stt_service
+
+        self._transcriber = RealtimeTranscriber(
+            stt_service(settings),
+            sample_rate=sample_rate,
+            vad_analyzer=SharedSileroVADAnalyzer(params=VADParams(stop_secs=VAD_STOP_SECS)),
+            report_speech=True,
+        )
+        self._on_event = on_event
+        self._relay: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._transcriber.__aenter__()
+        self._relay = asyncio.create_task(self._relay_events())
+
+    async def feed(self, pcm: bytes) -> None:
+        await self._transcriber.feed_frame(pcm)
+
+    async def close(self, *, finish: bool) -> None:
+        from pipelines.analytics import FINAL_TIMEOUT_S
+
+        if finish:
+            with contextlib.suppress(TimeoutError):
+                await self._transcriber.finish(timeout=FINAL_TIMEOUT_S)
+        await self._transcriber.__aexit__(None, None, None)
+        if self._relay is not None:
+            while not self._transcriber.events.empty():
+                self._on_event(self._transcriber.events.get_nowait())
+            self._relay.cancel()
+            await asyncio.gather(self._relay, return_exceptions=True)
+
+    async def _relay_events(self) -> None:
+        while True:
+            self._on_event(await self._transcriber.events.get())
+
+
+def serve(port: int, stt_url: str, track: str) -> None:
+    """The server child: pinned to its core, analytics on, the instant peer as its STT;
+    ``track``: ``gated`` (the server's own) or ``pipeline`` (the baseline)."""
     import uvicorn
     from loguru import logger
 
+    import agent.server
     from agent.server import create_app
 
     os.sched_setaffinity(0, {SERVER_CORE})
     logger.remove()
     logger.add(sys.stderr, level=os.environ.get("BENCH_SERVER_LOG", "WARNING"))
+    if track == "pipeline":
+
+        def baseline(stt: Any) -> Callable[[int, Callable[[Any], None]], PipelineTrack]:
+            def make(rate: int, on_event: Callable[[Any], None]) -> PipelineTrack:
+                return PipelineTrack(stt, sample_rate=rate, on_event=on_event)
+
+            return make
+
+        agent.server.track_transcription = baseline  # type: ignore[assignment]
+    elif track != "gated":
+        raise SystemExit(f"--serve: unknown track path {track!r} (gated or pipeline)")
     settings = analytics_settings(stt_url, "bench-model", max_calls=10_000)
     uvicorn.run(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
 
@@ -263,6 +332,7 @@ def serve(port: int, stt_url: str) -> None:
 @dataclass
 class Step:
     n: int
+    track: str = "gated"
     cpu_util: float = 0.0
     finals: int = 0
     expected: int = 0
@@ -277,14 +347,14 @@ class Step:
     work falls behind (then the window's CPU undercounts)."""
 
 
-async def capacity_step(n: int, window_s: float, at: peers.Peers) -> Step:
+async def capacity_step(n: int, window_s: float, at: peers.Peers, track: str) -> Step:
     from bench.capacity import cpu_seconds
 
     port = free_port()
-    argv = [sys.executable, "-m", "bench.analytics", "--serve", str(port), at.realtime_url]
+    argv = [sys.executable, "-m", "bench.analytics", "--serve", str(port), at.realtime_url, track]
     proc = subprocess.Popen(argv, cwd=ROOT)  # noqa: ASYNC220 (a spawn between measurements)
     base = f"http://127.0.0.1:{port}"
-    step = Step(n)
+    step = Step(n, track)
     try:
         await asyncio.to_thread(peers.wait_http, f"{base}/healthz", proc)
         speech = [ulaw_speech(s, trim=True) for s in SENTENCES]
@@ -343,17 +413,21 @@ async def capacity_step(n: int, window_s: float, at: peers.Peers) -> Step:
         peers.stop_process(proc)
 
 
-async def capacity(lines: list[str], steps: list[int], window_s: float) -> None:
+async def capacity(lines: list[str], steps: list[int], window_s: float, tracks: list[str]) -> None:
     os.sched_setaffinity(0, {CLIENT_CORE})
-    results: list[Step] = []
+    results: dict[str, list[Step]] = {track: [] for track in tracks}
     with peers.running(deltas="steps", delta_text="word ", core=CLIENT_CORE) as at:
         for n in steps:
-            step = await capacity_step(n, window_s, at)
-            results.append(step)
-            print(f"N={n}: cpu {step.cpu_util:.0%}, p95 {step.p95_s * 1000:.0f} ms", flush=True)
-            if step.cpu_util > 0.95 or step.failed:
+            for track in [t for t in tracks if not _done(results[t])]:
+                step = await capacity_step(n, window_s, at, track)
+                results[track].append(step)
+                print(
+                    f"N={n} {track}: cpu {step.cpu_util:.0%}, "
+                    f"{1 / step.cpu_per_stream_s:.0f} streams/core, p95 {step.p95_s * 1000:.0f} ms",
+                    flush=True,
+                )
+            if all(_done(results[t]) for t in tracks):
                 break
-    base = results[0]
     lines += [
         "### Concurrent both-tracks streams on one core (instant STT peer)",
         "",
@@ -365,23 +439,39 @@ async def capacity(lines: list[str], steps: list[int], window_s: float) -> None:
         f"→ its final utterance on the live event stream (VAD stop wait 0.5 s included), on the "
         f"first {WATCHED} streams, whose live view is watched. `client late`: how far the load "
         "client's sending fell behind its 20 ms schedule at worst (its core is shared with the "
-        "peer).",
+        "peer). Track path `gated`: the server's (VAD inline, only speech down the STT "
+        "pipeline); `pipeline`: the baseline it replaced (a VAD stage in each track's STT "
+        "pipeline), each N run with both, one after the other. A path stops at the first N "
+        "whose window saturates its core (CPU > 95 %) or loses a stream.",
         "",
-        "| streams | server CPU (window) | CPU-s per stream-s (window) | "
+        "| track path | streams | server CPU (window) | CPU-s per stream-s (window) | "
         "CPU-s per stream-s (whole step) | streams/core (whole step) | finals | "
         "p50 ms | p95 ms | p95 vs N=1 | client late ms | failed streams |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for step in results:
-        per = step.cpu_util / step.n
-        lines.append(
-            f"| {step.n} | {step.cpu_util:.0%} | {per:.4f} | {step.cpu_per_stream_s:.4f} | "
-            f"{1 / step.cpu_per_stream_s:.0f} | "
-            f"{step.finals}/{step.expected} | {1000 * step.p50_s:.0f} | "
-            f"{1000 * step.p95_s:.0f} | {step.p95_s / base.p95_s:.2f} | "
-            f"{1000 * step.client_late_s:.0f} | {step.failed} |"
-        )
+    for track in tracks:
+        base = results[track][0]
+        for step in results[track]:
+            per = step.cpu_util / step.n
+            lines.append(
+                f"| {track} | {step.n} | {step.cpu_util:.0%} | {per:.4f} | "
+                f"{step.cpu_per_stream_s:.4f} | {1 / step.cpu_per_stream_s:.0f} | "
+                f"{step.finals}/{step.expected} | {1000 * step.p50_s:.0f} | "
+                f"{1000 * step.p95_s:.0f} | {step.p95_s / base.p95_s:.2f} | "
+                f"{1000 * step.client_late_s:.0f} | {step.failed} |"
+            )
+    if len(tracks) == 2:
+        lines += ["", f"Whole-step CPU per stream-second, `{tracks[1]}` / `{tracks[0]}`:", ""]
+        by_n = {step.n: step for step in results[tracks[0]]}
+        for step in results[tracks[1]]:
+            if step.n in by_n:
+                ratio = step.cpu_per_stream_s / by_n[step.n].cpu_per_stream_s
+                lines.append(f"- N={step.n}: {ratio:.2f}")
     lines.append("")
+
+
+def _done(steps: list[Step]) -> bool:
+    return bool(steps) and (steps[-1].cpu_util > 0.95 or steps[-1].failed > 0)
 
 
 def main(argv: list[str]) -> int:
@@ -390,10 +480,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--window", type=float, default=20.0)
     parser.add_argument("--skip-speech", action="store_true")
     parser.add_argument("--skip-capacity", action="store_true")
-    parser.add_argument("--serve", nargs=2, metavar=("PORT", "STT_URL"))
+    parser.add_argument(
+        "--tracks", default="pipeline,gated", help="track paths to measure, baseline first"
+    )
+    parser.add_argument("--serve", nargs=3, metavar=("PORT", "STT_URL", "TRACK"))
     args = parser.parse_args(argv)
     if args.serve:
-        serve(int(args.serve[0]), args.serve[1])
+        serve(int(args.serve[0]), args.serve[1], args.serve[2])
         return 0
     started = time.monotonic()
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -411,7 +504,8 @@ def main(argv: list[str]) -> int:
         steps = [int(n) for n in args.steps.split(",")]
         from agent.serve import event_loop_factory
 
-        asyncio.run(capacity(lines, steps, args.window), loop_factory=event_loop_factory())
+        tracks = args.tracks.split(",")
+        asyncio.run(capacity(lines, steps, args.window, tracks), loop_factory=event_loop_factory())
     end_uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     lines.append(f"`uptime` at the end: `{end_uptime}`; {time.monotonic() - started:.0f} s in all.")
     RESULTS.write_text("\n".join(lines) + "\n")

@@ -20,6 +20,8 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
 - :mod:`~agent.fastpath.telnyx_serializer`: the same for Telnyx calls
   (``TelnyxFrameSerializer``'s private resampler fields); both read their messages with
   :mod:`~agent.fastpath.media_stream_reader`.
+- :mod:`~agent.fastpath.speech_gate`: an analytics track's VAD decisions made inline, with
+  no pipeline stage, so only speech reaches the track's STT pipeline (``VADController``).
 - :mod:`~agent.fastpath.shared_silero`: one batched Silero model per process
   (``VADAnalyzer._run_analyzer``, ``SileroVADAnalyzer``).
 - :mod:`~agent.fastpath.shared_smart_turn`: one Smart Turn v3 model per process, its verdicts

@@ -88,7 +88,9 @@ class _EventTap(FrameProcessor):
     """
 
     def __init__(self, events: asyncio.Queue[TranscriptEvent], *, sink: bool) -> None:
-        super().__init__()
+        # Direct mode: a tap only copies, so frames cross it in the pusher's task, not
+        # through a queue and two tasks of its own (the per-frame cost of a pipeline stage).
+        super().__init__(enable_direct_mode=True)
         self._events = events
         self._sink = sink
         self._in_turn = False
@@ -129,7 +131,7 @@ class _SpeechClock(FrameProcessor):
     speech started and stopped in it (the VAD pushes its frames in line with the audio)."""
 
     def __init__(self, events: asyncio.Queue[TranscriptEvent]) -> None:
-        super().__init__()
+        super().__init__(enable_direct_mode=True)  # a counter: no queue of its own (as the taps)
         self._events = events
         self._samples = 0
         self._rate = 16000
@@ -221,11 +223,14 @@ class RealtimeTranscriber:
                 await asyncio.sleep(0.02)
         return True
 
-    async def start_turn(self) -> None:
-        await self._worker.queue_frame(VADUserStartedSpeakingFrame(start_secs=0.0))
+    async def start_turn(self, *, start_secs: float = 0.0) -> None:
+        """A turn starts here (``start_secs``: the VAD's confirmation wait, if one decided)."""
+        await self._worker.queue_frame(VADUserStartedSpeakingFrame(start_secs=start_secs))
 
-    async def end_turn(self) -> None:
-        await self._worker.queue_frame(VADUserStoppedSpeakingFrame(stop_secs=0.0))
+    async def end_turn(self, *, stop_secs: float = 0.0) -> None:
+        """The turn ends here (``stop_secs``: the silence a VAD waited for, if one decided;
+        the final's ``vad_wait_s``)."""
+        await self._worker.queue_frame(VADUserStoppedSpeakingFrame(stop_secs=stop_secs))
 
     async def feed(self, pcm: bytes, *, realtime: bool = False) -> None:
         """Send PCM16 at the transcriber's rate as 20 ms frames, optionally at real speed."""

@@ -88,3 +88,27 @@ def test_ordinary_speech_and_short_numbers_are_left_alone(said: str) -> None:
 def test_interim_text_hides_a_number_before_it_is_complete() -> None:
     assert redact_partial("my card is four one one") == f"my card is {ACCOUNT}"
     assert redact_partial("a table for two") == "a table for two"
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "what is the weather like in paris today",
+        "Please call me back tomorrow morning.",
+        "someone at the desk, often",  # "one" and "at" inside words or alone
+        "ONE two THREE four five six seven",
+        "reach me at jane dot doe at example dot com",
+        "GB82 WEST 1234 5698 7654 32",
+        "plus double oh, then nothing",
+        "room 12 at 5",
+    ],
+)
+def test_the_quick_scan_changes_no_answer_of_the_full_rules(said: str) -> None:
+    from agent.analytics.redaction import _redact
+
+    assert redact(said) == _redact(said)
+
+
+def test_text_with_nothing_to_redact_comes_back_as_it_is() -> None:
+    said = "what is the weather like in paris today, someone asked"
+    assert redact(said) is said and redact_partial(said) is said
