@@ -47,6 +47,7 @@ def build_interpreted_task(
         translation=direction,
         speech=[PeerRelay(party), tts_service(settings.tts)],
         name=f"interpreter-{party.role}",
+        about={"party": party.role},
     )
     party.worker = worker
     return worker

@@ -70,9 +70,11 @@ def translation_worker(
     translation: TranslationSettings,
     speech: list[FrameProcessor],
     name: str = "translation",
+    about: dict[str, str] | None = None,
 ) -> PipelineWorker:
     """Speech in, ``translation``'s languages out: the stages every translating call shares,
-    with ``speech`` (the TTS, and what goes before it) after the translator."""
+    with ``speech`` (the TTS, and what goes before it) after the translator; ``about``: more
+    fields for its captions."""
     traits = traits_of(transport)
     vad = SharedSileroVADAnalyzer(
         params=VADParams(
@@ -89,7 +91,9 @@ def translation_worker(
         transport_input,
         *vad_stages,
         stt_service(settings.stt, enable_eager_end_of_turn=translation.interim),
-        TranslationProcessor(translator(translation, settings.llm), speak=translation.speak),
+        TranslationProcessor(
+            translator(translation, settings.llm), speak=translation.speak, about=about
+        ),
         *speech,
         transport.output(),
     ]

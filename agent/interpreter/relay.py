@@ -14,7 +14,7 @@ The way across is Pipecat's own: ``PipelineWorker.queue_frames`` on the other pa
 source and travel down to its relay, marked as coming from the peer
 (``frame.metadata[FROM_PEER]``), which lets them on to its TTS; everything else this party's
 translator says to speak goes across instead of into this call. Captions (``translation``
-server messages) are shown on both sides, each with the ``party`` whose words they are.
+server messages, each with the ``party`` whose words it translates) are shown on both sides.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class PeerRelay(FrameProcessor):
         elif isinstance(frame, _SPEECH):
             await self._party.session.to_peer(self._party, [frame])
         elif isinstance(frame, RTVIServerMessageFrame) and frame.data.get("type") in _CAPTIONS:
-            data = {**frame.data, "party": self._party.role}
-            await self.push_frame(RTVIServerMessageFrame(data=data), direction)
-            await self._party.session.to_peer(self._party, [RTVIServerMessageFrame(data=data)])
+            await self.push_frame(frame, direction)
+            copy = RTVIServerMessageFrame(data=dict(frame.data))
+            await self._party.session.to_peer(self._party, [copy])
         else:
             await self.push_frame(frame, direction)

@@ -235,10 +235,13 @@ async def test_a_phone_caller_and_a_browser_agent_talk_both_ways_with_captions_o
                         )
             finally:
                 await agent.close()
-    (heard,) = captions("caller")
-    assert word_error_rate(SENTENCE, heard["source"]) <= 0.2, heard
-    assert "demain matin" in heard["text"]
-    assert (heard["source_language"], heard["target_language"]) == ("English", "French")
+    (from_caller,) = captions("caller")
+    assert word_error_rate(SENTENCE, from_caller["source"]) <= 0.2, from_caller
+    assert "demain matin" in from_caller["text"]
+    assert (from_caller["source_language"], from_caller["target_language"]) == (
+        "English",
+        "French",
+    )
     (said,) = captions("agent")
     assert word_error_rate(AGENT_SENTENCE, said["source"]) <= 0.2, said
     assert (said["text"], said["source_language"], said["target_language"]) == (
