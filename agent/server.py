@@ -15,6 +15,10 @@ transports. Routes:
   Twilio (same Bearer token; see :mod:`agent.transports.outbound`).
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
   (see :mod:`agent.observability`); every call's pipeline gets a turn-latency observer.
+- Interpreted sessions (two calls, each party hearing the other in its own language):
+  ``POST /interpreter/sessions``, ``GET /interpreter/sessions/{id}`` (same Bearer token;
+  :mod:`agent.interpreter`); a call joins one through its WebRTC offer's ``request_data`` or
+  its Twilio webhook's query.
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
   (see :mod:`agent.transports.webrtc`).
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
@@ -64,6 +68,8 @@ from agent.credentials import same_secret
 from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
+from agent.interpreter.routes import interpreter_router
+from agent.interpreter.sessions import InterpreterSessions
 from agent.llm.clients import close_shared_clients
 from agent.observability.answer_outcomes import count_turn_outcomes
 from agent.observability.call_record import CallRecordObserver
@@ -81,6 +87,7 @@ from agent.transports.traits import traits_of
 from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.analytics import track_transcription
+from pipelines.interpreter import build_interpreted_task
 from pipelines.translation import build_translation_task
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -112,14 +119,19 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         if records.recording and records.directory is not None
         else None
     )
+    interpreter = InterpreterSessions()
+    registry.when_ended(interpreter.leave)
     factory = ObservedCalls(
         pipeline or default_pipeline(settings),
         settings=settings,
         metrics=metrics,
         tracing=tracing,
         recordings=recordings,
+        interpreter=interpreter,
     )
-    webrtc = WebRTCCalls(settings=settings, registry=registry, task_factory=factory)
+    webrtc = WebRTCCalls(
+        settings=settings, registry=registry, task_factory=factory, interpreter=interpreter
+    )
     outbound = OutboundCalls(settings=settings, registry=registry)
     telephony = TelephonyCalls(
         settings=settings,
@@ -127,6 +139,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         task_factory=factory,
         count_bad_input=metrics.count_error,
         reserved=outbound,
+        interpreter=interpreter,
     )
     analytics = _analytics(settings, registry, metrics, sink)
     if settings.transfer.enabled and not settings.twilio.rest_enabled:
@@ -164,6 +177,15 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     app.include_router(webrtc.router)
     app.include_router(telephony.router)
     app.include_router(outbound.router)
+    app.state.interpreter = interpreter
+    app.include_router(
+        interpreter_router(
+            interpreter,
+            settings=settings,
+            check=lambda authorization: _check_operator(settings, authorization),
+            base_url=lambda request: http_base_url(request, settings),
+        )
+    )
     if analytics is not None:
         app.state.analytics = analytics
         app.include_router(analytics.streams.router)
@@ -327,15 +349,21 @@ class ObservedCalls:
         metrics: AgentMetrics,
         tracing: Tracing | None,
         recordings: CallRecordings | None = None,
+        interpreter: InterpreterSessions | None = None,
     ) -> None:
         self._pipeline = pipeline
+        self._interpreter = interpreter
         self._settings = settings
         self._metrics = metrics
         self._tracing = tracing
         self._recordings = recordings
 
     def __call__(self, transport: BaseTransport, call: Call) -> PipelineWorker:
-        worker = self._pipeline(transport, self._settings, call_id=call.id)
+        party = self._interpreter.party_of(call) if self._interpreter else None
+        if party is not None:  # one side of an interpreted session
+            worker = build_interpreted_task(transport, self._settings, call_id=call.id, party=party)
+        else:
+            worker = self._pipeline(transport, self._settings, call_id=call.id)
         latency = TurnLatencyObserver(
             call_id=call.id,
             metrics=self._metrics,

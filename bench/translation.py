@@ -23,11 +23,14 @@ The server's own ``turn_latency`` line for each turn (:mod:`agent.observability.
 splits the time into VAD stop, STT final, LLM first token, TTS first audio, and out.
 
     .venv/bin/python -m bench.translation [--turns 20] [--first-token-ms 250] [--quick]
-        [--configurations final,interim]
+        [--configurations final,interim,interpreted]
 
-Two configurations, one after the other in the same run: ``final`` (the default: each final
-transcript is translated) and ``interim`` (``translation.interim``: the translation starts on
-the stable interim text at the VAD stop; a final with other words is translated again).
+Three configurations, one after the other in the same run: ``final`` (the default: each
+final transcript is translated), ``interim`` (``translation.interim``: the translation starts
+on the stable interim text at the VAD stop; a final with other words is translated again) and
+``interpreted`` (the two-way leg: an interpreted session of a phone caller, a Twilio media
+stream from :mod:`tests.fakes.twilio_caller`, and an agent on WebRTC; the caller speaks, and
+the agent's caption and audio are timed from the caller's end of speech).
 
 Everything it starts, it stops. Results go to ``bench/results/translation.md``.
 """
@@ -47,8 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import uvicorn
+import websockets
 
 from agent.local.supervisor import Supervisor
 from agent.observability.metrics import STAGES
@@ -57,6 +62,7 @@ from bench.voice_latency import TurnLines, turn_lines
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.serving import free_port
 from tests.fakes.speech import speech_at
+from tests.fakes.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +83,8 @@ FRENCH = {
 }  # fmt: skip
 SPEECH_PEAK = 500
 """Trimmed speech ends at its last sample louder than this (of 32767)."""
+OPERATOR_TOKEN = "bench-operator"
+TWILIO_WS = "/telephony/twilio/ws"
 
 
 def french(messages: list[dict[str, Any]]) -> str:
@@ -152,8 +160,11 @@ def measure(
 
 
 @contextlib.asynccontextmanager
-async def offline_server(llm_url: str, *, interim: bool) -> AsyncIterator[str]:
-    """The default profile with translation on, served as ``voice-agent serve`` does; yields
+async def offline_server(
+    llm_url: str, *, interim: bool, interpreted: bool = False
+) -> AsyncIterator[str]:
+    """The default profile with translation on (``interpreted``: instead, an operator token
+    and Twilio auth, for interpreted sessions), served as ``voice-agent serve`` does; yields
     the server's base URL."""
     from agent.config import load_settings
     from agent.serve import local_children
@@ -167,8 +178,13 @@ async def offline_server(llm_url: str, *, interim: bool) -> AsyncIterator[str]:
             "stt": {"url": f"ws://127.0.0.1:{asr_port}/v1/realtime"},
             "tts": {"base_url": f"http://127.0.0.1:{tts_port}"},
             "llm": {"kind": "openai", "base_url": llm_url, "model": "bench-translator"},
-            "translation": {"enabled": True, "interim": interim},
+            "translation": {"enabled": not interpreted, "interim": interim},
             "observability": {"log_turns": True},
+            **(
+                {"server": {"api_token": OPERATOR_TOKEN}, "twilio": {"auth_token": TOKEN}}
+                if interpreted
+                else {}
+            ),
         },
     )
     async with Supervisor(local_children(settings)):
@@ -228,6 +244,77 @@ async def run(turns: int, first_token_s: float, *, interim: bool) -> list[Turn]:
     return results
 
 
+async def run_interpreted(turns: int, first_token_s: float) -> list[Turn]:
+    """The two-way leg: a phone caller (Twilio media stream, 8 kHz μ-law) and an agent in
+    the browser (WebRTC) in one interpreted session; the caller speaks, the agent gets the
+    caption and hears the translation (the way back is the same stages the other way)."""
+    speech = {s: ulaw_speech(s, trim=True) for s in SENTENCES}
+    results: list[Turn] = []
+    with ChatServer(script=french, first_token_delay_s=first_token_s, record=False) as chat:
+        async with offline_server(chat.base_url, interim=False, interpreted=True) as url:
+            async with httpx.AsyncClient() as http:
+                created = await http.post(
+                    f"{url}/interpreter/sessions",
+                    json={"caller_language": "English", "agent_language": "French"},
+                    headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+                )
+            created.raise_for_status()
+            join = created.json()["join"]
+            agent = WebRTCClient()
+            try:
+                response = await agent.connect(
+                    url, request_data=join["agent"]["webrtc_request_data"]
+                )
+                if response.status_code != 200:
+                    raise RuntimeError(f"the server refused the agent: {response.text}")
+                async with websockets.connect(url.replace("http://", "ws://") + TWILIO_WS) as ws:
+                    caller = TwilioCaller(ws)
+                    try:
+                        await caller.start(
+                            parameters={
+                                "token": caller.stream_token(),
+                                **join["caller"]["webrtc_request_data"],
+                            }
+                        )
+                        async with caller.quiet():  # both are told they are joined
+                            await asyncio.sleep(1.0)
+                            await heard_out(agent, time.monotonic())
+                        for number in range(turns + 1):  # the first warms up, not kept
+                            sentence = SENTENCES[number % len(SENTENCES)]
+                            said_at = time.monotonic()
+                            end = await caller.speak(speech[sentence])
+                            async with caller.quiet():
+                                await heard_out(agent, end)
+                                await asyncio.sleep(0.3)
+                            turn = Turn(sentence)
+                            captions = [
+                                t
+                                for t, m in zip(agent.received_at, agent.messages, strict=True)
+                                if t >= said_at
+                                and m.get("type") == "server-message"
+                                and m["data"].get("type") == "translation"
+                                and m["data"].get("party") == "caller"
+                            ]
+                            audio = first_after(agent.loud_at, end)
+                            if not captions or audio is None:
+                                turn.problem = f"missing: caption {bool(captions)}, audio {audio}"
+                            else:
+                                turn.marks.update(caption=captions[0] - end, audio=audio - end)
+                            if number == 0:
+                                continue
+                            results.append(turn)
+                            shown = turn.problem or (
+                                f"caption {turn.marks['caption'] * 1e3:.0f} ms, "
+                                f"audio {turn.marks['audio'] * 1e3:.0f} ms"
+                            )
+                            print(f"[interpreted] turn {len(results)}: {shown}", file=sys.stderr)
+                    finally:
+                        await caller.close()
+            finally:
+                await agent.close()
+    return results
+
+
 async def heard_out(client: WebRTCClient, end: float, *, timeout_s: float = 15.0) -> None:
     """Wait for the translation's audio, then until it has been quiet for 0.6 s."""
     deadline = time.monotonic() + timeout_s
@@ -266,6 +353,10 @@ LABELS = {
 CONFIGURATIONS = {
     "final": "translate the final transcript (the default)",
     "interim": "`translation.interim`: start on the stable interim text at the VAD stop",
+    "interpreted": "an interpreted session: a phone caller (Twilio media stream) speaks, the "
+    "agent in the browser (WebRTC) gets the caption and hears the translation (no source "
+    "caption or server stages: the agent's page shows the caller's words with their "
+    "translation)",
 }
 
 
@@ -301,7 +392,7 @@ def report(runs: dict[str, list[Turn]], first_token_s: float, load: tuple[str, s
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC with "
         f"`python -m bench.translation`; turns measured ({measured}), each configuration "
         "after one warm-up turn not kept.",
-        f"Machine: {machine.describe()}. **Shared with other work**: `uptime` before: "
+        f"Machine: {machine.describe()}. Load (other sessions share it): `uptime` before: "
         f"`{load[0]}`; after: `{load[1]}`.",
         "",
         "Setup: `voice-agent serve`'s default profile (CPU ASR server with faster-whisper "
@@ -330,6 +421,17 @@ def report(runs: dict[str, list[Turn]], first_token_s: float, load: tuple[str, s
         f"{statistics.median(audio) if audio else 0:.0f} ms, p95 "
         f"{percentile(audio, 95) if audio else 0:.0f} ms.",
     ]
+    if "interpreted" in runs:
+        leg = runs["interpreted"]
+        caption = [c - ms for c in column(leg, "caption")]
+        heard = [a - ms for a in column(leg, "audio")]
+        if caption and heard:
+            lines.append(
+                "- `interpreted`: the agent's first translated caption beyond the LLM's first "
+                f"token: p50 **{statistics.median(caption):.0f} ms**, p95 "
+                f"{percentile(caption, 95):.0f} ms; first translated audio beyond it: p50 "
+                f"{statistics.median(heard):.0f} ms, p95 {percentile(heard, 95):.0f} ms."
+            )
     if "interim" in runs:
         again = sum(t.retranslated for t in runs["interim"] if t.problem is None)
         lines.append(
@@ -354,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--configurations",
         default=",".join(CONFIGURATIONS),
-        help=f"comma-separated, of {', '.join(CONFIGURATIONS)} (default: both)",
+        help=f"comma-separated, of {', '.join(CONFIGURATIONS)} (default: all)",
     )
     parser.add_argument("--quick", action="store_true", help="4 turns, no results file")
     args = parser.parse_args(argv)
@@ -364,10 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not names:
         parser.error(f"unknown configuration(s) {unknown}: pick from {', '.join(CONFIGURATIONS)}")
     before = uptime()
-    runs = {
-        name: asyncio.run(run(turns, args.first_token_ms / 1e3, interim=name == "interim"))
-        for name in names
-    }
+    runs: dict[str, list[Turn]] = {}
+    for name in names:
+        if name == "interpreted":
+            try:
+                runs[name] = asyncio.run(run_interpreted(turns, args.first_token_ms / 1e3))
+            except Exception as exc:  # the other legs' figures still get written
+                print(f"[interpreted] failed: {exc!r}", file=sys.stderr)
+                runs[name] = [Turn("(all)", problem=f"the leg failed: {exc!r:.200}")]
+        else:
+            runs[name] = asyncio.run(
+                run(turns, args.first_token_ms / 1e3, interim=name == "interim")
+            )
     text = report(runs, args.first_token_ms / 1e3, (before, uptime()))
     print(text)
     if not args.quick:

@@ -18,8 +18,10 @@ translation out.
 Turned on for every call by ``translation.enabled`` (:class:`agent.config.TranslationSettings`);
 the server then builds this instead of the voice agent. There is no conversation, no turn
 taking and no barge-in: the speaker talks, the interpreter follows, neither interrupts the
-other. One call translates one direction, the speaker's language into the target language;
-the other direction is a second call with the two languages swapped.
+other. One call translates one direction, the speaker's language into the target language,
+into itself; two parties who talk to each other through an interpreter are two calls paired in
+an interpreted session (:mod:`pipelines.interpreter`: the same stages, each call's translation
+spoken into the other call).
 
 The STT is not told the source language: vLLM's realtime ``session.update`` carries only
 ``model`` (Voxtral Realtime detects the language itself), and the offline recognizer is
@@ -37,7 +39,7 @@ from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 
-from agent.config import Settings
+from agent.config import Settings, TranslationSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.llm.translation import TranslationProcessor
 from agent.transports.traits import HostsVAD, traits_of
@@ -50,8 +52,30 @@ def build_translation_task(
     """The translation call as a Pipecat worker, ready for ``WorkerRunner.run``; the same
     shape as :func:`pipelines.voice_agent.build_voice_agent_task` (the server attaches the
     observers and the idle watch)."""
-    traits = traits_of(transport)
     translation = settings.translation
+    return translation_worker(
+        transport,
+        settings,
+        call_id=call_id,
+        translation=translation,
+        speech=[tts_service(settings.tts)] if translation.speak else [],
+    )
+
+
+def translation_worker(
+    transport: BaseTransport,
+    settings: Settings,
+    *,
+    call_id: str,
+    translation: TranslationSettings,
+    speech: list[FrameProcessor],
+    name: str = "translation",
+    about: dict[str, str] | None = None,
+) -> PipelineWorker:
+    """Speech in, ``translation``'s languages out: the stages every translating call shares,
+    with ``speech`` (the TTS, and what goes before it) after the translator; ``about``: more
+    fields for its captions."""
+    traits = traits_of(transport)
     vad = SharedSileroVADAnalyzer(
         params=VADParams(
             start_secs=settings.turn.vad_start_secs, stop_secs=settings.turn.vad_stop_secs
@@ -63,12 +87,13 @@ def build_translation_task(
         transport_input.use_vad(vad)
     else:
         vad_stages.append(VADProcessor(vad_analyzer=vad))
-    speech = [tts_service(settings.tts)] if translation.speak else []
     stages: list[FrameProcessor] = [
         transport_input,
         *vad_stages,
         stt_service(settings.stt, enable_eager_end_of_turn=translation.interim),
-        TranslationProcessor(translator(translation, settings.llm), speak=translation.speak),
+        TranslationProcessor(
+            translator(translation, settings.llm), speak=translation.speak, about=about
+        ),
         *speech,
         transport.output(),
     ]
@@ -84,5 +109,5 @@ def build_translation_task(
         enable_tracing=settings.observability.otel_enabled,
         enable_turn_tracking=False,
         idle_timeout_secs=None,  # the server's IdleCallWatch
-        name=f"translation-{call_id}",
+        name=f"{name}-{call_id}",
     )

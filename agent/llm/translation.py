@@ -213,10 +213,20 @@ class TranslationProcessor(FrameProcessor):
     (``EagerEndOfTurnCancelFrame``) drops it the same way.
     """
 
-    def __init__(self, translator: Translator, *, speak: bool, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        translator: Translator,
+        *,
+        speak: bool,
+        about: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """``about``: more fields for every message this stage sends (an interpreted call's
+        ``party``: whose words a caption translates)."""
         super().__init__(**kwargs)
         self._translator = translator
         self._speak = speak
+        self._about = dict(about or {})
         self._ids = itertools.count(1)
         self._pending: asyncio.Queue[tuple[int, str, _Head | None]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
@@ -333,4 +343,4 @@ class TranslationProcessor(FrameProcessor):
         await self._send(caption(spec, id=id, source=source, text=text.strip(), final=True))
 
     async def _send(self, data: dict[str, Any]) -> None:
-        await self.push_frame(RTVIServerMessageFrame(data=data))
+        await self.push_frame(RTVIServerMessageFrame(data={**data, **self._about}))

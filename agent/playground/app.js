@@ -28,6 +28,14 @@
  *                                      last translation (end of speech -> its first audio)
  *   server-message {type: "translation-error", id, error}   why utterance `id` was not
  *                                      translated, in its bubble
+ *   server-message {type: "interpreter-waiting" | "interpreter-joined" | "interpreter-peer-left",
+ *                   party, language, peer, peer_language}   an interpreted session (the page
+ *                                      opened as /?interpreter_session=ID&party=agent|caller:
+ *                                      both go in the offer's request_data): the status line
+ *                                      says whether the other party is there; a translation
+ *                                      message with another `party` is the other party's
+ *                                      words, drawn as its own bubble (what they said, and
+ *                                      what you heard in your language)
  *   bot-ready, error, error-response  status line
  *
  * The microphone level meter is measured here, in the page (Web Audio), from the same stream
@@ -137,26 +145,39 @@ function onBotOutput(data) {
   renderBot();
 }
 
-function translationBubble(id, language) {
+// An interpreted session: which party this page is, from its own URL (null: a call of its own).
+const INTERPRETER = (() => {
+  const q = new URLSearchParams(window.location.search);
+  const id = q.get("interpreter_session");
+  return id ? { interpreter_session: id, party: q.get("party") || "agent" } : null;
+})();
+
+function translationBubble(id, language, party) {
   if (!translations) translations = new Map();
-  if (!translations.has(id)) {
-    const el = addBubble("translation");
-    el.querySelector(".who").textContent = language ? "→ " + language : "→";
-    translations.set(id, el);
-    userBubble = null; // the next words are the next utterance
+  const peer = INTERPRETER && party && party !== INTERPRETER.party;
+  const key = (peer ? party : "") + ":" + id; // each party's utterances count from 1
+  if (!translations.has(key)) {
+    const el = addBubble(peer ? "peer" : "translation");
+    el.querySelector(".who").textContent = peer ? party : language ? "→ " + language : "→";
+    translations.set(key, el);
+    if (!peer) userBubble = null; // the next words are the next utterance
   }
-  return translations.get(id);
+  return translations.get(key);
 }
 
 function onTranslation(data) {
-  const el = translationBubble(data.id, data.target_language);
+  const el = translationBubble(data.id, data.target_language, data.party);
+  if (el.classList.contains("peer")) {
+    el.querySelector(".who").textContent = data.party + " (" + data.source_language + "): "
+      + (data.source || "") + " →";
+  }
   el.querySelector(".text").textContent = data.text || "";
   el.querySelector(".interim").textContent = data.final ? "" : " …";
   ui.transcript.scrollTop = ui.transcript.scrollHeight;
 }
 
 function onTranslationError(data) {
-  const el = translationBubble(data.id, "");
+  const el = translationBubble(data.id, "", data.party);
   el.classList.add("failed");
   el.querySelector(".text").textContent = "not translated: " + (data.error || "error");
   el.querySelector(".interim").textContent = "";
@@ -166,6 +187,13 @@ function onServerMessage(data) {
   if (data.type === "turn-latency") onTurnLatency(data);
   else if (data.type === "translation") onTranslation(data);
   else if (data.type === "translation-error") onTranslationError(data);
+  else if (data.type === "interpreter-waiting") {
+    setStatus("Waiting for the " + data.peer + " (" + data.peer_language + ")", "connecting");
+  } else if (data.type === "interpreter-joined") {
+    setStatus("With the " + data.peer + " (" + data.peer_language + ")", "connected");
+  } else if (data.type === "interpreter-peer-left") {
+    setStatus("The " + data.peer + " left", "idle");
+  }
 }
 
 function stageTimes(stagesMs) {
@@ -365,7 +393,8 @@ async function connect() {
     session.lateCandidates = []; // already inside the offer's SDP
     const answer = await postJson(
       "/sessions/" + encodeURIComponent(start.sessionId) + "/api/offer", "POST",
-      { sdp: pc.localDescription.sdp, type: pc.localDescription.type });
+      { sdp: pc.localDescription.sdp, type: pc.localDescription.type,
+        ...(INTERPRETER ? { request_data: INTERPRETER } : {}) });
     session.pcId = answer.pc_id;
     await pc.setRemoteDescription({ sdp: answer.sdp, type: answer.type });
     if (session.lateCandidates.length) sendCandidates(session.lateCandidates.splice(0));

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, urlsplit
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
@@ -54,6 +54,12 @@ from agent.credentials import same_secret
 from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.twilio_serializer import BatchingTwilioSerializer
 from agent.fastpath.vad_hosting_transport import VADHostingWebsocketTransport
+from agent.interpreter.sessions import (
+    PARTY_PARAMETER,
+    SESSION_PARAMETER,
+    InterpreterError,
+    InterpreterSessions,
+)
 from agent.rate_limit import PerSourceLimiter
 from agent.transports.call_control import CallControl, CallControlOutputTransport, TwilioCallControl
 from agent.transports.stream_tokens import StreamTokens
@@ -124,6 +130,14 @@ def twiml_stream(url: str, parameters: dict[str, str] | None = None) -> str:
         else (f"<Stream url={quoteattr(url)}/>")
     )
     return f'<?xml version="1.0" encoding="UTF-8"?><Response><Connect>{stream}</Connect></Response>'
+
+
+def twiml_say_and_hang_up(text: str) -> str:
+    """TwiML that tells the caller ``text`` and ends the call."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?><Response>'
+        f"<Say>{escape(text)}</Say><Hangup/></Response>"
+    )
 
 
 def twiml_reject_busy() -> str:
@@ -363,6 +377,9 @@ class TwilioProvider:
         call_sid = form.get("CallSid", "")
         if token:
             parameters["token"] = self.stream_tokens.issue(call_sid)
+        for name in (SESSION_PARAMETER, PARTY_PARAMETER):  # an interpreted session's party
+            if name in request.query_params:
+                parameters[name] = request.query_params[name]
         return Response(twiml_stream(url, parameters), media_type="application/xml")
 
     def call_control(self, call: Call, start: StreamStart, *, base_url: str) -> CallControl | None:
@@ -480,9 +497,11 @@ class TelephonyCalls:
         providers: list[TelephonyProvider] | None = None,
         count_bad_input: Callable[[str, str], None] | None = None,
         reserved: ReservedCalls | None = None,
+        interpreter: InterpreterSessions | None = None,
     ) -> None:
         self._settings = settings
         self._reserved = reserved
+        self._interpreter = interpreter
         self._registry = registry
         self._task_factory = task_factory
         self._count = count_bad_input
@@ -511,6 +530,14 @@ class TelephonyCalls:
             )
             if refusal is not None:
                 return refusal
+            if SESSION_PARAMETER in request.query_params:
+                why = self._cannot_join(
+                    request.query_params.get(SESSION_PARAMETER),
+                    request.query_params.get(PARTY_PARAMETER),
+                )
+                if why is not None:  # the caller hears why, instead of a dead line
+                    logger.warning(f"{provider.name}: interpreted call refused: {why}")
+                    return Response(twiml_say_and_hang_up(why), media_type="application/xml")
             return await provider.answer_webhook(request, busy=not self._registry.has_capacity)
 
         async def media(websocket: WebSocket) -> None:
@@ -548,6 +575,15 @@ class TelephonyCalls:
             self._awaiting_start -= 1
         if start is None:
             return
+        named = start.parameters if SESSION_PARAMETER in start.parameters else start.query
+        session_id, role = named.get(SESSION_PARAMETER), named.get(PARTY_PARAMETER)
+        interpreted = session_id is not None
+        if interpreted:
+            why = self._cannot_join(session_id, role)
+            if why is not None:
+                logger.warning(f"{provider.name}: interpreted stream refused: {why}")
+                await _close_quietly(websocket, POLICY_CLOSE_CODE, why[:120])
+                return
         carrier_call = (provider.name, start.call_id)
         if carrier_call in self._open_streams:
             # One stream per call: a second one (a replayed token) would also get the call's
@@ -562,6 +598,8 @@ class TelephonyCalls:
             await _close_quietly(websocket, BUSY_CLOSE_CODE, "busy: call limit reached")
             return
         call.attributes.update(start.attributes)
+        if interpreted and self._interpreter is not None:  # checked above, no await since
+            self._interpreter.join(session_id, role, call)
         self._open_streams.add(carrier_call)
         try:
             await self._registry.run(call, self._stream(call, websocket, provider, start))
@@ -619,6 +657,16 @@ class TelephonyCalls:
             if stop_tasks:
                 await asyncio.gather(*stop_tasks, return_exceptions=True)
             await _close_quietly(websocket, 1000, "call ended")  # no-op if already closed
+
+    def _cannot_join(self, session_id: str | None, role: str | None) -> str | None:
+        """Why a call cannot be that party of an interpreted session, or ``None``."""
+        if self._interpreter is None:
+            return "this server has no interpreted sessions"
+        try:
+            self._interpreter.check(session_id, role)
+        except InterpreterError as exc:
+            return str(exc)
+        return None
 
     def _count_bad_input(self, kind: str, why: str = "malformed") -> None:
         if self._count is not None:

@@ -40,6 +40,12 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
+from agent.interpreter.sessions import (
+    PARTY_PARAMETER,
+    SESSION_PARAMETER,
+    InterpreterError,
+    InterpreterSessions,
+)
 from agent.rate_limit import PerSourceLimiter
 from agent.transports.turn_credentials import ice_servers_for
 from agent.worker import CallTaskFactory, run_call_pipeline
@@ -60,12 +66,14 @@ class WebRTCCalls:
         settings: Settings,
         registry: CallRegistry,
         task_factory: CallTaskFactory,
+        interpreter: InterpreterSessions | None = None,
         connect_timeout_s: float = 30.0,
         keepalive_timeout_s: float = 4.0,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._task_factory = task_factory
+        self._interpreter = interpreter
         self._connect_timeout_s = connect_timeout_s
         self._keepalive_timeout_s = keepalive_timeout_s
         self._handler = SmallWebRTCRequestHandler()
@@ -154,10 +162,13 @@ class WebRTCCalls:
         """Answer an SDP offer: renegotiate a known peer, or reserve a slot and start a call."""
         if request.pc_id and request.pc_id in self._calls_by_pc:
             return await self._handler.handle_web_request(request, _no_new_connection)
+        party = self._interpreted_party(request.request_data)
         try:
             call = self._registry.reserve("webrtc")
         except CallLimitReached as exc:
             return _busy(exc)
+        if party is not None and self._interpreter is not None:  # checked just now, no await since
+            self._interpreter.join(*party, call)
         connections: list[SmallWebRTCConnection] = []
 
         async def keep(connection: SmallWebRTCConnection) -> None:
@@ -193,6 +204,21 @@ class WebRTCCalls:
         self._calls_by_pc[connection.pc_id] = call
         self._registry.spawn(call, self._run_call(call, connection))
         return answer
+
+    def _interpreted_party(self, request_data: Any) -> tuple[str, str] | None:
+        """The interpreted session and party an offer's ``request_data`` names, checked
+        before any slot is taken (a 4xx with the reason when it cannot join); ``None`` for
+        a call of its own."""
+        if not isinstance(request_data, dict) or SESSION_PARAMETER not in request_data:
+            return None
+        session_id, role = request_data.get(SESSION_PARAMETER), request_data.get(PARTY_PARAMETER)
+        if self._interpreter is None:
+            raise HTTPException(404, "this server has no interpreted sessions")
+        try:
+            party = self._interpreter.check(session_id, role)
+        except InterpreterError as exc:
+            raise HTTPException(exc.status, str(exc)) from None
+        return party.session.id, party.role
 
     async def add_candidates(self, request: SmallWebRTCPatchRequest) -> None:
         await self._handler.handle_patch_request(request)

@@ -131,13 +131,22 @@ class WebRTCClient:
                 self.loud_frames += 1
                 self.loud_at.append(time.monotonic())
 
-    async def connect(self, base_url: str, path: str = "/api/offer") -> httpx.Response:
+    async def connect(
+        self,
+        base_url: str,
+        path: str = "/api/offer",
+        *,
+        request_data: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        """Offer the call (``request_data``: the offer's custom data, as Pipecat's clients
+        send it)."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = self.pc.localDescription
+        body: dict[str, Any] = {"sdp": offer.sdp, "type": offer.type}
+        if request_data is not None:
+            body["request_data"] = request_data
         async with httpx.AsyncClient() as http:
-            response = await http.post(
-                base_url + path, json={"sdp": offer.sdp, "type": offer.type}, timeout=20
-            )
+            response = await http.post(base_url + path, json=body, timeout=20)
         if response.status_code == 200:
             answer = response.json()
             self.pc_id = answer["pc_id"]
