@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import numpy as np
 from loguru import logger
@@ -76,6 +77,7 @@ from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns.completeness import asks_for_answer, ends_unfinished
+from agent.turns.text_end_of_turn import TextEndOfTurn
 
 LATE_FINAL_S = 2.5
 """By default, how much longer than the upper bound a turn waits for a segment's transcript
@@ -123,6 +125,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         turn_analyzer: BaseTurnAnalyzer | None = None,
         late_final_s: float = LATE_FINAL_S,
         text_check: str = "asks",
+        text_model: TextEndOfTurn | None = None,
+        text_end_p: float = 1.0,
+        text_unfinished_p: float = 0.0,
+        bot_text: Callable[[], str | None] | None = None,
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -137,6 +143,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 for; past it the turn ends without those words.
             text_check: The words' part when Smart Turn is on: ``"asks"`` (they must ask for
                 an answer) or ``"unfinished"`` (they may only veto an unfinished ending).
+            text_model: The language model's p(the message ends here) on the final words
+                (:mod:`agent.turns.text_end_of_turn`), beside Smart Turn; ``None``: not asked.
+            text_end_p: With Smart Turn's complete verdict, a p(end) at least this ends the
+                turn on the short wait whatever the words rule says (a statement), unless it
+                stops on an unfinished word; above 1: never.
+            text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
+                answer, a p(end) below this waits (the model hears a sentence going on);
+                0: never.
+            bot_text: The bot's last message, the model's context (``None``: none).
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -148,12 +163,25 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             raise ValueError(f"late_final_s ({late_final_s}) must not be negative")
         if text_check not in TEXT_CHECKS:
             raise ValueError(f"text_check must be one of {TEXT_CHECKS}, not {text_check!r}")
+        if not 0 <= text_unfinished_p <= 1 or text_end_p < 0:
+            raise ValueError(
+                f"text_unfinished_p ({text_unfinished_p}) must be within 0-1 and text_end_p "
+                f"({text_end_p}) not negative"
+            )
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._late_final_s = late_final_s
         self._text_check = text_check
         self._complete_wait_s = complete_wait_s
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
+        self._text_model = text_model
+        self._text_end_p = text_end_p
+        self._text_unfinished_p = text_unfinished_p
+        self._bot_text = bot_text
+        self._p_end: float | None = None  # the text model's answer on the words so far
+        self._p_due = False  # asked, no answer yet
+        self._p_task: asyncio.Task[None] | None = None
+        self._turns_ended = 0  # an answer is for the turn (and the words) it was asked on
         self._text = ""
         self._interim = ""  # the latest segment's words so far, before its final transcript
         self._final = False  # the last words came in a final transcript
@@ -192,12 +220,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        for task in (self._watcher, self._verdict_task):
+        for task in (self._watcher, self._verdict_task, self._p_task):
             if task is not None:
                 await self.task_manager.cancel_task(task)
-        self._watcher = self._verdict_task = None
+        self._watcher = self._verdict_task = self._p_task = None
         if self._analyzer is not None:
             await self._analyzer.cleanup()
+        if self._text_model is not None:
+            await self._text_model.close()
 
     async def handle_user_turn_started(self) -> None:
         self._text = ""
@@ -209,6 +239,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._final = False
         self._words_at = self._speech_ended_at = self._quiet_heard_s = None
         self._verdict, self._verdict_due = None, False
+        self._p_end, self._p_due = None, False
+        self._turns_ended += 1
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -245,6 +277,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._words_at = time.time()
                 if self._verdict_still_needed():
                     await self._ask_analyzer()  # the words made this pause a question
+                await self._ask_text_model()
                 self._schedule()
         elif isinstance(frame, InterimTranscriptionFrame):
             self._interim = frame.text
@@ -339,7 +372,49 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return asks_for_answer(self._text)
         if self._verdict != EndOfTurnState.COMPLETE:
             return False
-        return self._words_allow_short_wait(self._text)
+        words = self._words_allow_short_wait(self._text)
+        p = self._p_end
+        if p is None:  # no model, or it did not answer: the words decide, as without it
+            return words
+        if words:
+            return p >= self._text_unfinished_p
+        return p >= self._text_end_p and not ends_unfinished(self._text)
+
+    def _text_model_would_decide(self) -> bool:
+        """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
+        it may veto words that ask, or let words that do not ask end the turn."""
+        if self._text_model is None or self._analyzer is None or not self._text:
+            return False
+        if self._complete_wait_s >= self._unfinished_wait_s:
+            return False
+        if self._words_allow_short_wait(self._text):
+            return self._text_unfinished_p > 0
+        return self._text_end_p <= 1 and not ends_unfinished(self._text)
+
+    async def _ask_text_model(self) -> None:
+        """Ask the model about the turn's words so far (a final transcript just came), off the
+        frame path; an older question's answer is no longer wanted."""
+        if self._p_task is not None:
+            await self.task_manager.cancel_task(self._p_task)
+            self._p_task = None
+        self._p_end, self._p_due = None, False
+        if not self._text_model_would_decide():
+            return
+        self._p_due = True
+        self._p_task = self.task_manager.create_task(
+            self._read_text_model(self._text, self._turns_ended), f"{self}::_read_text_model"
+        )
+
+    async def _read_text_model(self, text: str, turn: int) -> None:
+        assert self._text_model is not None
+        bot = self._bot_text() if self._bot_text is not None else None
+        p = await self._text_model.probability(text, bot)  # None on timeout or error
+        self._p_task = None
+        if turn != self._turns_ended or text != self._text:
+            return  # the turn ended, or more words came, while the model read these
+        self._p_end, self._p_due = p, False
+        logger.debug(f"{self}: the text model says p(end)={p}")
+        self._schedule()
 
     def _words_allow_short_wait(self, text: str) -> bool:
         """The words' part beside Smart Turn's verdict (``text_check``)."""
@@ -362,8 +437,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return bound + self._late_final_s  # the last words belong to this turn: wait for them
         if not self._text:
             return bound  # every segment came back without words: an empty turn
-        if self._verdict_due:
-            return bound  # Smart Turn's verdict arrives (or is not needed) before this
+        if self._verdict_due or self._p_due:
+            # Smart Turn's verdict, the text model's p(end): each arrives, or gives up, well
+            # before this (the model's client has a timeout far below the bound).
+            return bound
         return self._speech_ended_at + (
             self._complete_wait_s if self._complete() else self._unfinished_wait_s
         )
