@@ -81,7 +81,7 @@ from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from agent.turns.caller_audio import CallerAudioFeed
-from agent.turns.text_end_of_turn import TextEndOfTurn, last_bot_message
+from agent.turns.text_end_of_turn import TextEndOfTurn, prompt_context
 from pipelines.services import (
     call_tools,
     keypress_aggregator,
@@ -118,7 +118,10 @@ def build_voice_agent_task(
         turn,
         late_final_s=settings.stt.params.final_timeout_s,
         text_model=text_end_of_turn(settings),
-        bot_text=lambda: last_bot_message(conversation.get_messages()),  # type: ignore[arg-type]
+        context=lambda: prompt_context(
+            conversation.get_messages(),  # type: ignore[arg-type]
+            settings.llm.system_prompt,
+        ),
     )
     # Who reads the caller's audio after the STT: Pipecat's Smart Turn strategy in the user
     # aggregator (so the audio travels down, as in Pipecat), or the adaptive strategy, fed
@@ -208,7 +211,7 @@ def _user_params(
     *,
     late_final_s: float = LATE_FINAL_S,
     text_model: TextEndOfTurn | None = None,
-    bot_text: Callable[[], str | None] | None = None,
+    context: Callable[[], tuple[str | None, str | None]] | None = None,
 ) -> LLMUserAggregatorParams:
     """The turn strategies, and Pipecat's user-turn fallback as a safety net behind them: the
     adaptive strategy has a deadline of its own on every path, so reaching the fallback is an
@@ -226,7 +229,7 @@ def _user_params(
             text_model=text_model,
             text_end_p=turn.text_end_p,
             text_unfinished_p=turn.text_unfinished_p,
-            bot_text=bot_text,
+            context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:

@@ -128,7 +128,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_model: TextEndOfTurn | None = None,
         text_end_p: float = 1.0,
         text_unfinished_p: float = 0.0,
-        bot_text: Callable[[], str | None] | None = None,
+        context: Callable[[], tuple[str | None, str | None]] | None = None,
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -151,7 +151,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
                 answer, a p(end) below this waits (the model hears a sentence going on);
                 0: never.
-            bot_text: The bot's last message, the model's context (``None``: none).
+            context: The bot's last message and the system prompt, the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -177,7 +177,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text_model = text_model
         self._text_end_p = text_end_p
         self._text_unfinished_p = text_unfinished_p
-        self._bot_text = bot_text
+        self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
         self._p_due = False  # asked, no answer yet
         self._p_task: asyncio.Task[None] | None = None
@@ -330,7 +330,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return True
         heard = f"{self._text} {self._interim}".strip()
         # An interim is never closed by punctuation: would it read as complete once it is?
-        return self._words_allow_short_wait(heard) or self._words_allow_short_wait(f"{heard}.")
+        return self._words_could_end_short(heard) or self._words_could_end_short(f"{heard}.")
 
     def _verdict_still_needed(self) -> bool:
         """A final transcript made the pause a question, and Smart Turn has not been asked."""
@@ -341,8 +341,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             and self._speech_ended_at is not None
             and self._verdict is None
             and not self._verdict_due
-            and self._words_allow_short_wait(self._text)
+            and self._words_could_end_short(self._text)
         )
+
+    def _words_could_end_short(self, text: str) -> bool:
+        """Whether a turn with these words may end on the short wait if Smart Turn agrees: the
+        words allow it (``text_check``), or the text model may (not on an unfinished word)."""
+        if self._words_allow_short_wait(text):
+            return True
+        return self._text_model is not None and self._text_end_p <= 1 and not ends_unfinished(text)
 
     async def _ask_analyzer(self) -> None:
         """Have Smart Turn judge this pause off the event loop, while the recognizer finishes."""
@@ -385,6 +392,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         it may veto words that ask, or let words that do not ask end the turn."""
         if self._text_model is None or self._analyzer is None or not self._text:
             return False
+        if self._verdict not in (None, EndOfTurnState.COMPLETE) and not self._verdict_due:
+            return False  # Smart Turn heard this pause as unfinished: the model cannot change it
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
@@ -407,8 +416,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def _read_text_model(self, text: str, turn: int) -> None:
         assert self._text_model is not None
-        bot = self._bot_text() if self._bot_text is not None else None
-        p = await self._text_model.probability(text, bot)  # None on timeout or error
+        bot, system = self._context() if self._context is not None else (None, None)
+        p = await self._text_model.probability(text, bot, system)  # None: timeout or error
         self._p_task = None
         if turn != self._turns_ended or text != self._text:
             return  # the turn ended, or more words came, while the model read these

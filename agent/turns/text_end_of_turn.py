@@ -58,9 +58,14 @@ class TextEndOfTurnStats:
 STATS = TextEndOfTurnStats()
 
 
-def chatml_prompt(user_text: str, bot_text: str | None = None) -> str:
-    """The conversation as the model saw it in training, open after the user's words."""
+def chatml_prompt(
+    user_text: str, bot_text: str | None = None, system_text: str | None = None
+) -> str:
+    """The conversation as the model sees it when it answers (its system prompt, the bot's
+    last message), open after the user's words."""
     turns = []
+    if system_text and system_text.strip():
+        turns.append(f"<|im_start|>system\n{system_text.strip()[:MAX_BOT_CHARS]}{END_OF_TURN}\n")
     if bot_text and bot_text.strip():
         turns.append(f"<|im_start|>assistant\n{bot_text.strip()[-MAX_BOT_CHARS:]}{END_OF_TURN}\n")
     turns.append(f"<|im_start|>user\n{user_text.strip()[-MAX_USER_CHARS:]}")
@@ -108,7 +113,9 @@ class TextEndOfTurn:
             await self._http.aclose()
             self._http = None
 
-    async def probability(self, user_text: str, bot_text: str | None = None) -> float | None:
+    async def probability(
+        self, user_text: str, bot_text: str | None = None, system_text: str | None = None
+    ) -> float | None:
         """p(the user's message ends after ``user_text``), or ``None`` when the server did not
         answer in time or answered something else (logged; counted in :data:`STATS`)."""
         if not user_text.strip():
@@ -116,7 +123,7 @@ class TextEndOfTurn:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
-                p = await self._ask(chatml_prompt(user_text, bot_text))
+                p = await self._ask(chatml_prompt(user_text, bot_text, system_text))
         except TimeoutError:
             STATS.timed_out += 1
             logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used")
@@ -167,10 +174,21 @@ class TextEndOfTurn:
         return self._banned
 
 
-def last_bot_message(messages: list[dict[str, object]]) -> str | None:
-    """The text of the last assistant message in an OpenAI-style message list, if any."""
+def prompt_context(
+    messages: list[dict[str, object]], system_prompt: str | None = None
+) -> tuple[str | None, str | None]:
+    """The bot's last message in an OpenAI-style message list, and the system prompt: the
+    list's own, else ``system_prompt`` (the LLM service's ``system_instruction``)."""
+    system = messages[0].get("content") if messages else None
+    if not messages or messages[0].get("role") != "system" or not isinstance(system, str):
+        system = system_prompt
+    return last_message(messages, "assistant"), system
+
+
+def last_message(messages: list[dict[str, object]], role: str) -> str | None:
+    """The text of the last message of ``role`` in an OpenAI-style message list, if any."""
     for message in reversed(messages):
-        if message.get("role") != "assistant":
+        if message.get("role") != role:
             continue
         content = message.get("content")
         if isinstance(content, str):

@@ -23,11 +23,15 @@ from agent.turns.text_end_of_turn import (
     STATS,
     TextEndOfTurn,
     chatml_prompt,
-    last_bot_message,
+    prompt_context,
 )
-from tests.agent.turns.test_adaptive_stop import STOP_SECS, WAIT_S, make  # noqa: F401
+from tests.agent.turns import test_adaptive_stop
+from tests.agent.turns.test_adaptive_stop import STOP_SECS, WAIT_S
 from tests.conftest import requires_local_llm
 from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
+
+make = test_adaptive_stop.make
+"""The strategy with its frames fed by hand on the real clock (``test_adaptive_stop``)."""
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -151,7 +155,7 @@ def test_the_prompt_is_the_chat_template_open_after_the_users_words() -> None:
     assert len(chatml_prompt("x" * 5000)) < 700
 
 
-def test_the_last_bot_message_is_read_from_the_conversation() -> None:
+def test_the_bots_last_message_and_the_system_prompt_are_read_from_the_conversation() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {"role": "assistant", "content": "Hello!"},
@@ -159,8 +163,10 @@ def test_the_last_bot_message_is_read_from_the_conversation() -> None:
         {"role": "assistant", "content": [{"type": "text", "text": "Shall I?"}]},
         {"role": "user", "content": "Yes"},
     ]
-    assert last_bot_message(messages) == "Shall I?"
-    assert last_bot_message(messages[:1]) is None
+    assert prompt_context(messages) == ("Shall I?", "Be brief.")
+    assert prompt_context(messages[1:]) == ("Shall I?", None)
+    assert prompt_context(messages[1:], "Be kind.") == ("Shall I?", "Be kind.")
+    assert prompt_context(messages[:1]) == (None, "Be brief.")
 
 
 # ----------------------------------------------------------------------------- the strategy
