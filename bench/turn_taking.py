@@ -111,7 +111,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_end_p": 0.1,
         "text_unfinished_p": 0.02,
     },
-    "+ text model: asks wait below p(end) 0.1": {
+    "+ text model: asks of 3+ words wait below p(end) 0.1": {
         **_ADAPTIVE,
         "smart_turn": True,
         "unfinished_wait_s": 1.3,
@@ -229,6 +229,7 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
     )
 
 
+_SINK: list[int] = []
 TURN_ENDS: list[str] = []
 """The adaptive strategy's "turn ends (...)" log lines since the current call began."""
 
@@ -293,7 +294,8 @@ async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[
 
     from agent.server import create_app
 
-    logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop")
+    if not _SINK:  # once per process: each configuration's server logs to the same sink
+        _SINK.append(logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop"))
     rows = []
     with background(create_app(settings)) as url:
         for noisy in lines:

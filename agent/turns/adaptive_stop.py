@@ -76,7 +76,7 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
-from agent.turns.completeness import asks_for_answer, ends_unfinished
+from agent.turns.completeness import SHORT_TURN_WORDS, asks_for_answer, ends_unfinished, words
 from agent.turns.text_end_of_turn import TextEndOfTurn
 
 LATE_FINAL_S = 2.5
@@ -149,8 +149,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 turn on the short wait whatever the words rule says (a statement), unless it
                 stops on an unfinished word; above 1: never.
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
-                answer, a p(end) below this waits (the model hears a sentence going on);
-                0: never.
+                answer, a p(end) below this waits (the model hears a sentence going on), unless
+                the turn is one or two words (the words rule decides those); 0: never.
             context: The bot's last message and the system prompt, the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -379,13 +379,19 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return asks_for_answer(self._text)
         if self._verdict != EndOfTurnState.COMPLETE:
             return False
-        words = self._words_allow_short_wait(self._text)
+        asks = self._words_allow_short_wait(self._text)
         p = self._p_end
         if p is None:  # no model, or it did not answer: the words decide, as without it
-            return words
-        if words:
-            return p >= self._text_unfinished_p
+            return asks
+        if asks:
+            return p >= self._text_unfinished_p or self._short_turn()
         return p >= self._text_end_p and not ends_unfinished(self._text)
+
+    def _short_turn(self) -> bool:
+        """A turn of one or two words ("Yes.", "Cancel it."): too little for the text model
+        to read (with no question from the bot before it, "Yes." gets p(end) 0.001), so its
+        veto leaves such a turn to the words rule."""
+        return len(words(self._text)) <= SHORT_TURN_WORDS
 
     def _text_model_would_decide(self) -> bool:
         """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
@@ -397,7 +403,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
-            return self._text_unfinished_p > 0
+            return self._text_unfinished_p > 0 and not self._short_turn()
         return self._text_end_p <= 1 and not ends_unfinished(self._text)
 
     async def _ask_text_model(self) -> None:
