@@ -13,6 +13,12 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   "Stop.", an English question or request whose question mark the recognizer dropped); with
   ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
   Without Smart Turn the words alone decide, as with ``"asks"``.
+- With ``text_model`` (off by default: ``bench/results/turn_taking_extended.md``), a language
+  model's p(the message ends here) on the final words (:mod:`agent.turns.text_end_of_turn`)
+  is a third opinion when Smart Turn calls the turn complete: at least ``text_end_p`` ends any
+  turn on the short wait (a statement), below ``text_unfinished_p`` holds words that ask (of
+  three words or more). The turn waits for it at most its client's timeout; without an answer
+  the words decide, as without the model.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
   too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a

@@ -233,3 +233,16 @@ async def test_a_late_answer_does_not_decide_the_next_turn(make: Any, stalled: s
     await asyncio.sleep(WAIT_S + 0.1)
     assert len(turn.ended) == 2
     assert turn.after_speech() > WAIT_S - 0.02
+
+
+async def test_a_one_or_two_word_answer_is_left_to_the_words(make: Any, stalled: str) -> None:
+    """ "Yes." is too little for the model (p(end) 0.001 with no question before it): the veto
+    does not apply, so the model is not even waited for."""
+    model = TextEndOfTurn(stalled, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_unfinished_p=0.5
+    )
+    await turn.speak()
+    await turn.pause("Yes.")
+    await asyncio.sleep(0.05)
+    assert turn.after_speech() < STOP_SECS + 0.1
