@@ -132,7 +132,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         late_final_s: float = LATE_FINAL_S,
         text_check: str = "asks",
         text_model: TextEndOfTurn | None = None,
-        text_end_p: float = 1.0,
+        text_end_p: float = 1.01,
         text_unfinished_p: float = 0.0,
         context: Callable[[], tuple[str | None, str | None]] | None = None,
         **kwargs: object,
