@@ -98,14 +98,10 @@ async def test_the_model_hears_a_sentence_go_on(local_llm: LLMSettings) -> None:
     try:
         going_on = await model.probability("Can you tell me")
         finished = await model.probability("What time is it?")
-        answer = await model.probability("Yes.", "Shall I book it for you?")
-        no_context = await model.probability("Yes.")
     finally:
         await model.close()
     assert going_on is not None and finished is not None
-    assert answer is not None and no_context is not None
     assert going_on < 0.01 < finished <= 1  # "What time is it?": 0.15 with no prompt at all
-    assert answer > no_context, "the bot's question is the model's context"
 
 
 async def test_a_server_that_never_answers_gives_no_opinion_in_time(stalled: str) -> None:

@@ -49,26 +49,6 @@ def ended(lines: list[str]) -> list[str]:
     return [line.rsplit("turn ends ", 1)[1].strip() for line in lines if "turn ends" in line]
 
 
-async def test_a_statement_the_model_calls_finished_is_answered_on_the_short_wait(
-    local_llm: LLMSettings, redacted_log: list[str]
-) -> None:
-    """A statement asks for nothing in words, so without the model it waits the bound. The
-    threshold is 0: this is the path on a call (the model's answer, in time, ends the turn),
-    not the model's judgement: at 0.2 this statement waited (the bench: the untuned model does
-    not tell statements from clause pauses, so the signal is off by default)."""
-    transcript = "Quisiera reservar una mesa para dos personas."
-    said = "quisiera reservar una mesa para dos personas"
-    speech = trimmed(speech_at(said, 8000, voice="espeak:es"))
-    text = {"text_model": True, "text_model_url": local_llm.base_url, "text_end_p": 0.0}
-
-    with_model = await turn_ends(redacted_log, transcript, speech, text, "CASTATEMENT1")
-    assert any("Smart Turn says complete" in line for line in with_model), with_model
-    assert ended(with_model) == ["(complete)"], with_model
-
-    without = await turn_ends(redacted_log, transcript, speech, {"text_model": False}, "CAST2")
-    assert ended(without) == ["(waited)"], without
-
-
 async def test_a_sentence_smart_turn_calls_complete_still_waits_when_the_model_hears_it_go_on(
     local_llm: LLMSettings, redacted_log: list[str]
 ) -> None:
