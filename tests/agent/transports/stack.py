@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from agent.config import Settings, TurnSettings, load_settings
+from agent.config import Settings, load_settings
 from agent.server import PipelineFactory, create_app
 from tests.fakes.serving import background
 from tests.fakes.speech_server import ESPEAK_RATE, SpeechServer
@@ -60,20 +60,16 @@ def phone_server(
     *,
     max_calls: int,
     telnyx: dict[str, Any] | None = None,
-    turn: dict[str, Any] | None = None,
     **server: Any,
 ) -> Iterator[tuple[str, FastAPI]]:
     """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``; Telnyx on,
     with the test account's public key and ``telnyx`` settings) against the offline ASR server
-    and an espeak speech server; ``turn``: ``turn.*`` settings over the default profile's;
-    ``server``: more ``server.*`` settings."""
+    and an espeak speech server; ``server``: more ``server.*`` settings."""
     with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
             asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls, **server
         )
         settings.twilio.auth_token = TOKEN
-        if turn:
-            settings.turn = TurnSettings.model_validate({**settings.turn.model_dump(), **turn})
         settings.telnyx = settings.telnyx.model_copy(
             update={"public_key": TELNYX_PUBLIC_KEY, **(telnyx or {})}
         )
