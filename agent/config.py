@@ -318,6 +318,40 @@ class TurnSettings(_Section):
         "one- or two-word command, an English question or request) or 'unfinished' (only "
         "that they do not stop on a word like 'to' or 'und'). See bench/results/turn_taking.md.",
     )
+    text_model: bool = Field(
+        default=False,
+        description="'adaptive' with Smart Turn: also ask a ChatML language model for p(the "
+        "user's message ends here) on the final words and the bot's last message (LiveKit's "
+        "text turn detector, on the model already served: llm.kind 'local', or "
+        "text_model_url). Needs nothing else; on a timeout or error the turn is decided "
+        "without it. See bench/results/turn_taking_extended.md.",
+    )
+    text_model_url: str | None = Field(
+        default=None,
+        description="The OpenAI base URL (http://host:port/v1) of a llama.cpp server with a "
+        "ChatML model; unset: the local LLM's server when llm.kind is 'local', else none.",
+    )
+    text_end_p: float = Field(
+        default=1.01,
+        ge=0,
+        le=1.01,
+        description="text_model: Smart Turn complete and p(end) at least this ends any turn on "
+        "the short wait (a statement), unless it stops on a word like 'to'; above 1: never.",
+    )
+    text_unfinished_p: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="text_model: a turn whose words ask for an answer (a question, a command) "
+        "still waits when p(end) is below this; 0: never.",
+    )
+    text_timeout_s: float = Field(
+        default=0.35,
+        gt=0,
+        le=1,
+        description="text_model: the longest the model is waited for (the server answers one "
+        "request at a time); past it the turn is decided without it.",
+    )
     complete_wait_s: float = Field(
         default=0.0, ge=0, le=3, description="'adaptive': quiet before a complete question ends."
     )

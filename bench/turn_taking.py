@@ -96,7 +96,31 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "unfinished_wait_s": 1.3,
         "text_check": "unfinished",
     },
+    "+ text model: any turn at p(end) >= 0.2": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_end_p": 0.2,
+    },
+    "+ text model: any turn at p(end) >= 0.1, asks wait below 0.02": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_end_p": 0.1,
+        "text_unfinished_p": 0.02,
+    },
+    "+ text model: asks of 3+ words wait below p(end) 0.1": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": 0.1,
+    },
 }
+"""The text-model legs ask the packaged SmolLM2 behind llama.cpp's server, started once for the
+run (``turn.text_model_url``): the product's local LLM, here not answering (the echo does)."""
 TRANSPORTS = ("phone", "webrtc")
 
 
@@ -205,6 +229,7 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
     )
 
 
+_SINK: list[int] = []
 TURN_ENDS: list[str] = []
 """The adaptive strategy's "turn ends (...)" log lines since the current call began."""
 
@@ -269,7 +294,8 @@ async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[
 
     from agent.server import create_app
 
-    logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop")
+    if not _SINK:  # once per process: each configuration's server logs to the same sink
+        _SINK.append(logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop"))
     rows = []
     with background(create_app(settings)) as url:
         for noisy in lines:
@@ -371,6 +397,9 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
     ]
     for number, rows in enumerate(runs, 1):
         lines += ["", f"## Run {number}", "", *EXTENDED_HEADER, *map(summary_extended, rows)]
+    if TEXT_MODEL:
+        lines += ["", "The text model (SmolLM2-135M-Instruct, llama.cpp's server, 1 thread):", ""]
+        lines += [f"- {name}: {what}" for name, what in TEXT_MODEL.items()]
     lines += [
         "",
         f"Per utterance, run {len(runs)} (false ends · answer heard after its end · how each "
@@ -426,19 +455,51 @@ def render(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> s
     return "\n".join(lines) + "\n"
 
 
-async def run(args: argparse.Namespace, asr_url: str) -> list[list[Row]]:
+TEXT_MODEL: dict[str, str] = {}
+"""Per configuration, what the text model did (answers, their mean time, timeouts, errors)."""
+
+
+async def run(
+    args: argparse.Namespace, asr_url: str, text_model_url: str | None = None
+) -> list[list[Row]]:
+    from agent.turns.text_end_of_turn import STATS
+
     runs: list[list[Row]] = []
     with SpeechServer(voice="tone", sample_rate=24_000) as tts:
         for _ in range(args.runs):
             rows: list[Row] = []
             for name in args.configs:
-                settings = settings_for(asr_url, tts.url, CONFIGS[name])
+                turn = dict(CONFIGS[name])
+                if turn.get("text_model"):
+                    turn["text_model_url"] = text_model_url
+                settings = settings_for(asr_url, tts.url, turn)
+                before = (STATS.answered, STATS.seconds, STATS.timed_out, STATS.failed)
                 if args.set == "extended":
                     rows += await measure_extended(name, settings, args.noise)
                 else:
                     rows += await measure(name, settings, args.transports)
+                if turn.get("text_model"):
+                    answered = STATS.answered - before[0]
+                    mean_ms = 1000 * (STATS.seconds - before[1]) / max(answered, 1)
+                    TEXT_MODEL[name] = (
+                        f"{answered} answers, mean {mean_ms:.0f} ms; "
+                        f"{STATS.timed_out - before[2]} timed out, "
+                        f"{STATS.failed - before[3]} failed"
+                    )
+                    print(f"text model, {name}: {TEXT_MODEL[name]}", file=sys.stderr, flush=True)
             runs.append(rows)
     return runs
+
+
+def start_text_model() -> tuple[subprocess.Popen[bytes], str]:
+    """llama.cpp's server with the packaged SmolLM2, as the default profile runs it."""
+    from agent.config import LLMSettings
+    from agent.local.llm_server import check_installed, llm_server_argv
+
+    settings = LLMSettings(kind="local", model="smollm2", local={"port": free_port()})
+    argv = llm_server_argv(settings, check_installed())
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, str(settings.base_url)
 
 
 def main(argv: list[str]) -> int:
@@ -475,12 +536,20 @@ def main(argv: list[str]) -> int:
     port = free_port()
     argv_asr = [sys.executable, "-m", "agent.cli", "asr-server", "--port", str(port)]
     asr = subprocess.Popen(argv_asr, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    llm = None
+    llm_url = None
+    if any(CONFIGS[name].get("text_model") for name in args.configs):
+        llm, llm_url = start_text_model()
     started, load_before = time.monotonic(), os.getloadavg()[0]
     try:
         peers.wait_http(f"http://127.0.0.1:{port}/health", asr, timeout_s=120)
-        runs = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime"))
+        if llm is not None:
+            peers.wait_http(f"{llm_url}/models", llm, timeout_s=120)
+        runs = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime", llm_url))
     finally:
         peers.stop_process(asr)
+        if llm is not None:
+            peers.stop_process(llm)
     took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])
     report = (render_extended if args.set == "extended" else render)(runs, took, load)
     print(report)

@@ -51,6 +51,8 @@ goes on, so the LLM sees both parts as one message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
@@ -79,6 +81,7 @@ from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from agent.turns.caller_audio import CallerAudioFeed
+from agent.turns.text_end_of_turn import TextEndOfTurn, prompt_context
 from pipelines.services import (
     call_tools,
     keypress_aggregator,
@@ -110,13 +113,22 @@ def build_voice_agent_task(
     phone = transport if isinstance(transport, CarriesPhoneCall) else None
     tools = call_tools(settings.transfer, settings.dtmf, phone.call_control) if phone else []
     keypresses = [keypress_aggregator(settings.dtmf)] if phone and settings.dtmf.enabled else []
-    user_params = _user_params(turn, late_final_s=settings.stt.params.final_timeout_s)
+    conversation = llm_conversation(settings.llm, tools)
+    user_params = _user_params(
+        turn,
+        late_final_s=settings.stt.params.final_timeout_s,
+        text_model=text_end_of_turn(settings),
+        context=lambda: prompt_context(
+            conversation.get_messages(),  # type: ignore[arg-type]
+            settings.llm.system_prompt,
+        ),
+    )
     # Who reads the caller's audio after the STT: Pipecat's Smart Turn strategy in the user
     # aggregator (so the audio travels down, as in Pipecat), or the adaptive strategy, fed
     # where the audio is (CallerAudioFeed) so nothing else carries it.
     audio_readers = _audio_readers(turn, user_params)
     user_aggregator, assistant_aggregator = tentative_answer_aggregators(
-        llm_conversation(settings.llm, tools),
+        conversation,
         user_params=user_params,
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
@@ -181,8 +193,25 @@ def _audio_readers(
     return [s for s in stops if isinstance(s, AdaptiveUserTurnStopStrategy) and turn.smart_turn]
 
 
+def text_end_of_turn(settings: Settings) -> TextEndOfTurn | None:
+    """The text end-of-turn model for one call, where ``turn.text_model`` is on and a ChatML
+    completions server is known (``turn.text_model_url``, else the local LLM's server);
+    ``None`` otherwise, and the turn is decided as without it."""
+    turn, llm = settings.turn, settings.llm
+    if not (turn.text_model and turn.smart_turn and turn.end_of_turn == "adaptive"):
+        return None
+    url = turn.text_model_url or (llm.base_url if llm.kind == "local" else None)
+    if url is None:
+        return None
+    return TextEndOfTurn(url, llm.model, timeout_s=turn.text_timeout_s)
+
+
 def _user_params(
-    turn: TurnSettings, *, late_final_s: float = LATE_FINAL_S
+    turn: TurnSettings,
+    *,
+    late_final_s: float = LATE_FINAL_S,
+    text_model: TextEndOfTurn | None = None,
+    context: Callable[[], tuple[str | None, str | None]] | None = None,
 ) -> LLMUserAggregatorParams:
     """The turn strategies, and Pipecat's user-turn fallback as a safety net behind them: the
     adaptive strategy has a deadline of its own on every path, so reaching the fallback is an
@@ -197,6 +226,10 @@ def _user_params(
             turn_analyzer=_turn_long_smart_turn() if turn.smart_turn else None,
             late_final_s=late_final_s,
             text_check=turn.text_check,
+            text_model=text_model,
+            text_end_p=turn.text_end_p,
+            text_unfinished_p=turn.text_unfinished_p,
+            context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)
     elif turn.smart_turn:

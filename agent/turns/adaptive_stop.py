@@ -13,6 +13,12 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   "Stop.", an English question or request whose question mark the recognizer dropped); with
   ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
   Without Smart Turn the words alone decide, as with ``"asks"``.
+- With ``text_model`` (off by default: ``bench/results/turn_taking_extended.md``), a language
+  model's p(the message ends here) on the final words (:mod:`agent.turns.text_end_of_turn`)
+  is a third opinion when Smart Turn calls the turn complete: at least ``text_end_p`` ends any
+  turn on the short wait (a statement), below ``text_unfinished_p`` holds words that ask (of
+  three words or more). The turn waits for it at most its client's timeout; without an answer
+  the words decide, as without the model.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
   too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
@@ -57,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import numpy as np
 from loguru import logger
@@ -75,7 +82,8 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
-from agent.turns.completeness import asks_for_answer, ends_unfinished
+from agent.turns.completeness import SHORT_TURN_WORDS, asks_for_answer, ends_unfinished, words
+from agent.turns.text_end_of_turn import TextEndOfTurn
 
 LATE_FINAL_S = 2.5
 """By default, how much longer than the upper bound a turn waits for a segment's transcript
@@ -123,6 +131,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         turn_analyzer: BaseTurnAnalyzer | None = None,
         late_final_s: float = LATE_FINAL_S,
         text_check: str = "asks",
+        text_model: TextEndOfTurn | None = None,
+        text_end_p: float = 1.01,
+        text_unfinished_p: float = 0.0,
+        context: Callable[[], tuple[str | None, str | None]] | None = None,
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -137,6 +149,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 for; past it the turn ends without those words.
             text_check: The words' part when Smart Turn is on: ``"asks"`` (they must ask for
                 an answer) or ``"unfinished"`` (they may only veto an unfinished ending).
+            text_model: The language model's p(the message ends here) on the final words
+                (:mod:`agent.turns.text_end_of_turn`), beside Smart Turn; ``None``: not asked.
+            text_end_p: With Smart Turn's complete verdict, a p(end) at least this ends the
+                turn on the short wait whatever the words rule says (a statement), unless it
+                stops on an unfinished word; above 1: never.
+            text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
+                answer, a p(end) below this waits (the model hears a sentence going on), unless
+                the turn is one or two words (the words rule decides those); 0: never.
+            context: The bot's last message and the system prompt, the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -148,12 +169,25 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             raise ValueError(f"late_final_s ({late_final_s}) must not be negative")
         if text_check not in TEXT_CHECKS:
             raise ValueError(f"text_check must be one of {TEXT_CHECKS}, not {text_check!r}")
+        if not 0 <= text_unfinished_p <= 1 or text_end_p < 0:
+            raise ValueError(
+                f"text_unfinished_p ({text_unfinished_p}) must be within 0-1 and text_end_p "
+                f"({text_end_p}) not negative"
+            )
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._late_final_s = late_final_s
         self._text_check = text_check
         self._complete_wait_s = complete_wait_s
         self._unfinished_wait_s = unfinished_wait_s
         self._analyzer = turn_analyzer
+        self._text_model = text_model
+        self._text_end_p = text_end_p
+        self._text_unfinished_p = text_unfinished_p
+        self._context = context
+        self._p_end: float | None = None  # the text model's answer on the words so far
+        self._p_due = False  # asked, no answer yet
+        self._p_task: asyncio.Task[None] | None = None
+        self._turns_ended = 0  # an answer is for the turn (and the words) it was asked on
         self._text = ""
         self._interim = ""  # the latest segment's words so far, before its final transcript
         self._final = False  # the last words came in a final transcript
@@ -192,12 +226,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        for task in (self._watcher, self._verdict_task):
+        for task in (self._watcher, self._verdict_task, self._p_task):
             if task is not None:
                 await self.task_manager.cancel_task(task)
-        self._watcher = self._verdict_task = None
+        self._watcher = self._verdict_task = self._p_task = None
         if self._analyzer is not None:
             await self._analyzer.cleanup()
+        if self._text_model is not None:
+            await self._text_model.close()
 
     async def handle_user_turn_started(self) -> None:
         self._text = ""
@@ -209,6 +245,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._final = False
         self._words_at = self._speech_ended_at = self._quiet_heard_s = None
         self._verdict, self._verdict_due = None, False
+        self._p_end, self._p_due = None, False
+        self._turns_ended += 1
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -245,6 +283,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._words_at = time.time()
                 if self._verdict_still_needed():
                     await self._ask_analyzer()  # the words made this pause a question
+                await self._ask_text_model()
                 self._schedule()
         elif isinstance(frame, InterimTranscriptionFrame):
             self._interim = frame.text
@@ -297,7 +336,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return True
         heard = f"{self._text} {self._interim}".strip()
         # An interim is never closed by punctuation: would it read as complete once it is?
-        return self._words_allow_short_wait(heard) or self._words_allow_short_wait(f"{heard}.")
+        return self._words_could_end_short(heard) or self._words_could_end_short(f"{heard}.")
 
     def _verdict_still_needed(self) -> bool:
         """A final transcript made the pause a question, and Smart Turn has not been asked."""
@@ -308,8 +347,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             and self._speech_ended_at is not None
             and self._verdict is None
             and not self._verdict_due
-            and self._words_allow_short_wait(self._text)
+            and self._words_could_end_short(self._text)
         )
+
+    def _words_could_end_short(self, text: str) -> bool:
+        """Whether a turn with these words may end on the short wait if Smart Turn agrees: the
+        words allow it (``text_check``), or the text model may (not on an unfinished word)."""
+        if self._words_allow_short_wait(text):
+            return True
+        return self._text_model is not None and self._text_end_p <= 1 and not ends_unfinished(text)
 
     async def _ask_analyzer(self) -> None:
         """Have Smart Turn judge this pause off the event loop, while the recognizer finishes."""
@@ -339,7 +385,57 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return asks_for_answer(self._text)
         if self._verdict != EndOfTurnState.COMPLETE:
             return False
-        return self._words_allow_short_wait(self._text)
+        asks = self._words_allow_short_wait(self._text)
+        p = self._p_end
+        if p is None:  # no model, or it did not answer: the words decide, as without it
+            return asks
+        if asks:
+            return p >= self._text_unfinished_p or self._short_turn()
+        return p >= self._text_end_p and not ends_unfinished(self._text)
+
+    def _short_turn(self) -> bool:
+        """A turn of one or two words ("Yes.", "Cancel it."): too little for the text model
+        to read (with no question from the bot before it, "Yes." gets p(end) 0.001), so its
+        veto leaves such a turn to the words rule."""
+        return len(words(self._text)) <= SHORT_TURN_WORDS
+
+    def _text_model_would_decide(self) -> bool:
+        """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
+        it may veto words that ask, or let words that do not ask end the turn."""
+        if self._text_model is None or self._analyzer is None or not self._text:
+            return False
+        if self._verdict not in (None, EndOfTurnState.COMPLETE) and not self._verdict_due:
+            return False  # Smart Turn heard this pause as unfinished: the model cannot change it
+        if self._complete_wait_s >= self._unfinished_wait_s:
+            return False
+        if self._words_allow_short_wait(self._text):
+            return self._text_unfinished_p > 0 and not self._short_turn()
+        return self._text_end_p <= 1 and not ends_unfinished(self._text)
+
+    async def _ask_text_model(self) -> None:
+        """Ask the model about the turn's words so far (a final transcript just came), off the
+        frame path; an older question's answer is no longer wanted."""
+        if self._p_task is not None:
+            await self.task_manager.cancel_task(self._p_task)
+            self._p_task = None
+        self._p_end, self._p_due = None, False
+        if not self._text_model_would_decide():
+            return
+        self._p_due = True
+        self._p_task = self.task_manager.create_task(
+            self._read_text_model(self._text, self._turns_ended), f"{self}::_read_text_model"
+        )
+
+    async def _read_text_model(self, text: str, turn: int) -> None:
+        assert self._text_model is not None
+        bot, system = self._context() if self._context is not None else (None, None)
+        p = await self._text_model.probability(text, bot, system)  # None: timeout or error
+        self._p_task = None
+        if turn != self._turns_ended or text != self._text:
+            return  # the turn ended, or more words came, while the model read these
+        self._p_end, self._p_due = p, False
+        logger.debug(f"{self}: the text model says p(end)={p}")
+        self._schedule()
 
     def _words_allow_short_wait(self, text: str) -> bool:
         """The words' part beside Smart Turn's verdict (``text_check``)."""
@@ -362,8 +458,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return bound + self._late_final_s  # the last words belong to this turn: wait for them
         if not self._text:
             return bound  # every segment came back without words: an empty turn
-        if self._verdict_due:
-            return bound  # Smart Turn's verdict arrives (or is not needed) before this
+        if self._verdict_due or self._p_due:
+            # Smart Turn's verdict, the text model's p(end): each arrives, or gives up, well
+            # before this (the model's client has a timeout far below the bound).
+            return bound
         return self._speech_ended_at + (
             self._complete_wait_s if self._complete() else self._unfinished_wait_s
         )

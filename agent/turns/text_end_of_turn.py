@@ -1,0 +1,200 @@
+"""The probability that the user's message ends here, read from a small language model.
+
+LiveKit's text turn detector asks a language model how likely the chat template's end-of-turn
+token is right after the user's words (with the bot's last message before them): a sentence
+that goes on ("Can you tell me") makes the model expect a next word, a finished one the end
+of the message. The offline profile already serves a ChatML model (SmolLM2-135M-Instruct)
+with llama.cpp's OpenAI-compatible server, so this asks that server rather than loading a
+second copy of the model into every agent process.
+
+What the server gives (llama-cpp-python 0.3, read from its source and checked against the
+model's own logits): ``/v1/completions`` with ``logprobs: k`` reports the ``k`` likeliest next
+tokens from the raw logits, each under its text; a special token such as ``<|im_end|>`` is
+written as ``""``. The end-of-turn tokens (``<|im_end|>``, ``<|endoftext|>``) are kept out of
+the one token sampled with ``logit_bias`` (the reported logprobs are taken before the bias):
+a sampled end-of-turn token ends the completion before any logprob is written. ``""`` among
+the likeliest tokens is then ``<|im_end|>``, the only other special token the model puts
+after a user's words being ``<|endoftext|>``, far below; absent, its probability is below
+the ``k``-th token's, which this reads as 0.
+
+The answer is a hint, never a wait: the client gives up after ``timeout_s`` (the server
+answers one request at a time, and a call's answer may be streaming) and any failure reads
+as "no opinion" (``None``), so the turn is decided as without the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+
+import httpx
+from loguru import logger
+
+END_OF_TURN = "<|im_end|>"
+"""The end of a message in the ChatML template (SmolLM2, Qwen): what the model is asked about."""
+
+TOP_LOGPROBS = 20
+"""How many likely next tokens the server reports; ``<|im_end|>`` below them reads as 0."""
+
+MAX_BOT_CHARS = 300
+MAX_USER_CHARS = 600
+"""How much of each message the prompt keeps (their ends): a long answer or a long turn adds
+prompt tokens, and time, for nothing the last words do not say."""
+
+
+@dataclass(slots=True)
+class TextEndOfTurnStats:
+    """The process's requests to the model, for benchmarks and the metrics endpoint."""
+
+    answered: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    seconds: float = 0.0
+    """Total time of the answered requests."""
+
+
+STATS = TextEndOfTurnStats()
+
+
+def chatml_prompt(
+    user_text: str, bot_text: str | None = None, system_text: str | None = None
+) -> str:
+    """The conversation as the model sees it when it answers (its system prompt, the bot's
+    last message), open after the user's words."""
+    turns = []
+    if system_text and system_text.strip():
+        turns.append(f"<|im_start|>system\n{system_text.strip()[:MAX_BOT_CHARS]}{END_OF_TURN}\n")
+    if bot_text and bot_text.strip():
+        turns.append(f"<|im_start|>assistant\n{bot_text.strip()[-MAX_BOT_CHARS:]}{END_OF_TURN}\n")
+    turns.append(f"<|im_start|>user\n{user_text.strip()[-MAX_USER_CHARS:]}")
+    return "".join(turns)
+
+
+class TextEndOfTurn:
+    """Asks an OpenAI-compatible completions server (llama.cpp's) for p(end of the user's turn).
+
+    One per call (its connection lives on the call's event loop); :meth:`close` it when the
+    call ends.
+    """
+
+    def __init__(
+        self, base_url: str, model: str, *, timeout_s: float = 0.35, api_key: str = ""
+    ) -> None:
+        """
+        Args:
+            base_url: The server's OpenAI base URL, ``http://host:port/v1``.
+            model: The model name the server answers to.
+            timeout_s: The longest a request may take; past it the answer is ``None``.
+            api_key: Sent as a bearer token when set.
+        """
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s ({timeout_s}) must be positive")
+        self._url = base_url.rstrip("/") + "/completions"
+        self._tokenize_url = base_url.rstrip("/").removesuffix("/v1") + "/extras/tokenize"
+        self._model = model
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._verify = base_url.startswith("https:")  # no CA bundle to load for plain HTTP
+        self._http: httpx.AsyncClient | None = None  # made on first use, on the call's loop
+        self._banned: dict[str, float] | None = None
+
+    @property
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                headers=self._headers, timeout=httpx.Timeout(self.timeout_s), verify=self._verify
+            )
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def probability(
+        self, user_text: str, bot_text: str | None = None, system_text: str | None = None
+    ) -> float | None:
+        """p(the user's message ends after ``user_text``), or ``None`` when the server did not
+        answer in time or answered something else (logged; counted in :data:`STATS`)."""
+        if not user_text.strip():
+            return None
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                p = await self._ask(chatml_prompt(user_text, bot_text, system_text))
+        except TimeoutError:
+            STATS.timed_out += 1
+            logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used")
+            return None
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as error:
+            STATS.failed += 1
+            logger.warning(f"text end of turn: {type(error).__name__}: {error}; not used")
+            return None
+        seconds = time.perf_counter() - started
+        STATS.answered += 1
+        STATS.seconds += seconds
+        logger.debug(f"text end of turn: p={p:.3f} in {1000 * seconds:.0f} ms")
+        return p
+
+    async def _ask(self, prompt: str) -> float:
+        body = {
+            "model": self._model,
+            "prompt": prompt,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": TOP_LOGPROBS,
+            "logit_bias": await self._end_tokens_banned(),
+        }
+        response = await self._client.post(self._url, json=body)
+        response.raise_for_status()
+        choice = response.json()["choices"][0]
+        top = choice["logprobs"]["top_logprobs"][0]
+        if not isinstance(top, dict):
+            raise ValueError(f"the server's top_logprobs are not a mapping: {top!r}")
+        logprob = top.get("")
+        return 0.0 if logprob is None else math.exp(float(logprob))
+
+    async def _end_tokens_banned(self) -> dict[str, float]:
+        """``logit_bias`` keeping every end-of-turn token out of the one sampled token (token
+        ids from the server's own tokenizer, asked once)."""
+        if self._banned is None:
+            response = await self._client.post(
+                self._tokenize_url, json={"input": f"{END_OF_TURN}<|endoftext|>"}
+            )
+            response.raise_for_status()
+            tokens = response.json()["tokens"]
+            if len(tokens) != 2:
+                raise ValueError(
+                    f"the server's model does not have ChatML's end tokens (got {tokens}): "
+                    "the text end of turn needs a ChatML model such as SmolLM2"
+                )
+            self._banned = {str(token): -100.0 for token in tokens}
+        return self._banned
+
+
+def prompt_context(
+    messages: list[dict[str, object]], system_prompt: str | None = None
+) -> tuple[str | None, str | None]:
+    """The bot's last message in an OpenAI-style message list, and the system prompt: the
+    list's own, else ``system_prompt`` (the LLM service's ``system_instruction``)."""
+    system = messages[0].get("content") if messages else None
+    if not messages or messages[0].get("role") != "system" or not isinstance(system, str):
+        system = system_prompt
+    return last_message(messages, "assistant"), system
+
+
+def last_message(messages: list[dict[str, object]], role: str) -> str | None:
+    """The text of the last message of ``role`` in an OpenAI-style message list, if any."""
+    for message in reversed(messages):
+        if message.get("role") != role:
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            parts = [p.get("text") for p in content if isinstance(p, dict)]
+            return " ".join(p for p in parts if isinstance(p, str)) or None
+        return None
+    return None

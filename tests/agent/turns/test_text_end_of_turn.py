@@ -1,0 +1,247 @@
+"""The text end-of-turn signal: p(the user's message ends here) from the local LLM's server,
+and what the adaptive strategy does with it (and without it, when the server stalls or fails).
+
+The probabilities come from the real model (llama.cpp's server with the packaged SmolLM2, the
+``local_llm`` fixture); the failures from real sockets that accept and then never answer, reset
+the connection, or answer something that is not a completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
+
+from agent.config import LLMSettings
+from agent.turns import text_end_of_turn
+from agent.turns.text_end_of_turn import (
+    STATS,
+    TextEndOfTurn,
+    chatml_prompt,
+    prompt_context,
+)
+from tests.agent.turns import test_adaptive_stop
+from tests.agent.turns.test_adaptive_stop import STOP_SECS, WAIT_S
+from tests.conftest import requires_local_llm
+from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
+
+make = test_adaptive_stop.make
+"""The strategy with its frames fed by hand on the real clock (``test_adaptive_stop``)."""
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def serve(handler: Handler) -> AsyncIterator[str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}/v1"
+        server.close()
+
+
+@pytest.fixture
+async def stalled() -> AsyncIterator[str]:
+    """A server that accepts, reads the request and never answers."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            writer.close()
+
+    async for url in serve(handler):
+        yield url
+
+
+@pytest.fixture
+async def resetting() -> AsyncIterator[str]:
+    """A server that resets every connection once the request is in."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    async for url in serve(handler):
+        yield url
+
+
+@pytest.fixture
+async def not_a_completion() -> AsyncIterator[str]:
+    """An HTTP server whose every answer is 200 with JSON that is no completion."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        body = b'{"tokens": [2, 0], "choices": [{"text": "hi", "logprobs": null}]}'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await writer.drain()
+        writer.close()
+
+    async for url in serve(handler):
+        yield url
+
+
+@requires_local_llm
+async def test_the_model_hears_a_sentence_go_on(local_llm: LLMSettings) -> None:
+    assert local_llm.base_url is not None
+    model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=5.0)
+    try:
+        going_on = await model.probability("Can you tell me")
+        finished = await model.probability("What time is it?")
+    finally:
+        await model.close()
+    assert going_on is not None and finished is not None
+    assert going_on < 0.01 < finished <= 1  # "What time is it?": 0.15 with no prompt at all
+
+
+async def test_a_server_that_never_answers_gives_no_opinion_in_time(stalled: str) -> None:
+    model = TextEndOfTurn(stalled, "m", timeout_s=0.2)
+    timed_out = STATS.timed_out
+    try:
+        p = await asyncio.wait_for(model.probability("What time is it?"), 2.0)
+    finally:
+        await model.close()
+    assert p is None
+    assert STATS.timed_out == timed_out + 1
+
+
+async def test_a_reset_connection_gives_no_opinion(resetting: str) -> None:
+    model = TextEndOfTurn(resetting, "m", timeout_s=2.0)
+    failed = STATS.failed
+    try:
+        assert await model.probability("What time is it?") is None
+    finally:
+        await model.close()
+    assert STATS.failed == failed + 1
+
+
+async def test_an_answer_that_is_no_completion_gives_no_opinion(not_a_completion: str) -> None:
+    model = TextEndOfTurn(not_a_completion, "m", timeout_s=2.0)
+    try:
+        assert await model.probability("What time is it?") is None
+    finally:
+        await model.close()
+
+
+async def test_no_server_at_all_gives_no_opinion() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = TextEndOfTurn(f"http://127.0.0.1:{port}/v1", "m", timeout_s=2.0)
+    try:
+        assert await model.probability("What time is it?") is None
+    finally:
+        await model.close()
+
+
+def test_the_prompt_is_the_chat_template_open_after_the_users_words() -> None:
+    prompt = chatml_prompt("  What time is it? ", "Hello!")
+    assert prompt == ("<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat time is it?")
+    assert chatml_prompt("x" * 5000).endswith("x" * text_end_of_turn.MAX_USER_CHARS)
+    assert len(chatml_prompt("x" * 5000)) < 700
+
+
+def test_the_bots_last_message_and_the_system_prompt_are_read_from_the_conversation() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Shall I?"}]},
+        {"role": "user", "content": "Yes"},
+    ]
+    assert prompt_context(messages) == ("Shall I?", "Be brief.")
+    assert prompt_context(messages[1:]) == ("Shall I?", None)
+    assert prompt_context(messages[1:], "Be kind.") == ("Shall I?", "Be kind.")
+    assert prompt_context(messages[:1]) == (None, "Be brief.")
+
+
+# ----------------------------------------------------------------------------- the strategy
+
+
+@requires_local_llm
+async def test_a_statement_smart_turn_and_the_model_call_complete_ends_at_once(
+    make: Any, local_llm: LLMSettings
+) -> None:
+    """Without the model a statement waits for the bound (the words ask for nothing). The
+    threshold here is 0: this is the path (the model's answer decides once it is in), not the
+    model's judgement, which does not tell statements from clause pauses (the bench)."""
+    assert local_llm.base_url is not None
+    model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=5.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_end_p=0.0
+    )
+    await turn.speak()
+    await turn.pause("Quisiera reservar una mesa para dos personas.")
+    await asyncio.sleep(WAIT_S)
+    assert turn.after_speech() < WAIT_S - 0.1, "the statement waited for the bound"
+
+
+@requires_local_llm
+async def test_words_that_ask_still_wait_when_the_model_hears_them_go_on(
+    make: Any, local_llm: LLMSettings
+) -> None:
+    """ "Book a table" reads as a request; the model expects "for ..." (p(end) 0.07 with a
+    voice assistant's system prompt, more with none, as here)."""
+    assert local_llm.base_url is not None
+    model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=5.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_unfinished_p=0.5
+    )
+    await turn.speak()
+    await turn.pause("Book a table.")
+    await asyncio.sleep(WAIT_S)
+    assert turn.after_speech() > WAIT_S - 0.02, "ended although the model heard it go on"
+
+
+async def test_a_model_that_never_answers_holds_a_question_only_its_timeout(
+    make: Any, stalled: str
+) -> None:
+    model = TextEndOfTurn(stalled, "m", timeout_s=0.15)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_unfinished_p=0.5
+    )
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await asyncio.sleep(WAIT_S)
+    assert turn.after_speech() < STOP_SECS + 0.15 + 0.15, "waited past the model's timeout"
+
+
+async def test_a_late_answer_does_not_decide_the_next_turn(make: Any, stalled: str) -> None:
+    """The first turn ends at the bound while the model is still asked; the next turn's
+    words are judged on their own."""
+    model = TextEndOfTurn(stalled, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_end_p=0.0
+    )
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S + 0.1)
+    assert len(turn.ended) == 1
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await asyncio.sleep(WAIT_S + 0.1)
+    assert len(turn.ended) == 2
+    assert turn.after_speech() > WAIT_S - 0.02
+
+
+async def test_a_one_or_two_word_answer_is_left_to_the_words(make: Any, stalled: str) -> None:
+    """ "Yes." is too little for the model (p(end) 0.001 with no question before it): the veto
+    does not apply, so the model is not even waited for."""
+    model = TextEndOfTurn(stalled, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE), text_model=model, text_unfinished_p=0.5
+    )
+    await turn.speak()
+    await turn.pause("Yes.")
+    await asyncio.sleep(0.05)
+    assert turn.after_speech() < STOP_SECS + 0.1
