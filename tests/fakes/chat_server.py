@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from tests.fakes.serving import RouterServer
 
@@ -89,8 +90,11 @@ class ChatServer(RouterServer):
     async def _models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": "chat-server", "object": "model"}]}
 
-    async def _completions(self, request: Request) -> StreamingResponse:
-        body = await request.json()
+    async def _completions(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ClientDisconnect:  # the client (or a fault proxy) hung up mid-request
+            return Response(status_code=499)
         if self._record:
             self.requests.append(body)
             self.headers.append(dict(request.headers))
