@@ -9,11 +9,13 @@ speak Piper-voiced questions in real time; each call lasts 5-60 s and ends at ra
 ``stop``, a clean close or a dropped connection, and the caller dials again.
 
 It prints, per minute and at the end (after every call has ended): the server's RSS and its
-growth over the first minute's, open fds, open connections to the STT, calls placed, calls
+growth over the first measured minute's (after a warm-up minute of calls that loads the models
+and runs them at full concurrency), open fds, open connections to the STT, calls placed, calls
 answered (at least one answer heard), calls lost (refused, or broken by the server), and the
 faults injected. Goals: 0 lost, 0 STT connections left, RSS growth under 5 %.
 
-    .venv/bin/python -m bench.soak [--calls 50] [--minutes 10] [--fault-every 15] [--seed 1]
+    .venv/bin/python -m bench.soak [--calls 50] [--minutes 10] [--warmup-minutes 1]
+        [--fault-every 15] [--seed 1] [--turn KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import subprocess
@@ -36,6 +39,7 @@ from bench.capacity import (
     cpu_seconds,
     describe_turn,
     load_average,
+    parse_turn,
     question_frames,
     rss_bytes,
 )
@@ -123,6 +127,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
         port = free_port()
         argv = ["-m", "bench.capacity", "--serve", "ours", str(port)]
         argv += [str(stt_proxy.port), str(http_proxy.port), str(SERVER_CORE)]
+        argv += ["--turn-json", json.dumps(args.turn)]
         server = await asyncio.create_subprocess_exec(
             sys.executable, *argv, cwd=ROOT, stdout=args.log_file, stderr=args.log_file
         )
@@ -135,7 +140,7 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
 
             tally = Tally()
             started = time.monotonic()
-            until = started + args.minutes * 60
+            until = started + (args.warmup_minutes + args.minutes) * 60
             work = [
                 asyncio.create_task(caller_loop(url, i, until, args.seed, tally))
                 for i in range(args.calls)
@@ -145,26 +150,30 @@ async def soak(args: argparse.Namespace, at: Peers) -> int:
                     inject_faults(stt_proxy, http_proxy, args.fault_every, until, tally)
                 )
             )
-            print(f"Turn settings: {describe_turn('ours', {})}.\n")
+            print(f"Turn settings: {describe_turn('ours', args.turn)}.\n")
             print(
                 "| minute | RSS MB (minute's low) | RSS vs minute 1 | fds | STT links | placed "
                 "| answered | refused | broken | faults | server CPU % | load |"
             )
             print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             base_rss, cpu_at, wall_at = 0, cpu_seconds(server.pid), time.monotonic()
-            for minute in range(1, int(args.minutes) + 1):
+            warmup = int(args.warmup_minutes)
+            for minute in range(1 - warmup, int(args.minutes) + 1):
                 # The minute's lowest RSS: what calls and caches hold (a Smart Turn run in
                 # flight needs ~19 MB per row for ~0.1 s; sampled once, it would read as growth).
                 rss = rss_bytes(server.pid)
-                while (left := started + minute * 60 - time.monotonic()) > 0:
+                while (left := started + (minute + warmup) * 60 - time.monotonic()) > 0:
                     await asyncio.sleep(min(left, 0.25))
                     rss = min(rss, rss_bytes(server.pid))
-                base_rss = base_rss or rss
+                if minute == 1:  # the warm-up minutes loaded the models and filled the pools
+                    base_rss = rss
                 cpu, wall = cpu_seconds(server.pid), time.monotonic()
                 busy = 100 * (cpu - cpu_at) / (wall - wall_at)
                 cpu_at, wall_at = cpu, wall
+                growth = f"{100 * (rss - base_rss) / base_rss:+.1f} %" if base_rss else "warm-up"
                 print(
-                    f"| {minute} | {rss / 1e6:.0f} | {100 * (rss - base_rss) / base_rss:+.1f} % "
+                    f"| {minute if minute > 0 else f'warm-up {minute + warmup}'} "
+                    f"| {rss / 1e6:.0f} | {growth} "
                     f"| {open_fds(server.pid)} | {stt_links()} "
                     f"| {tally.placed} | {tally.answered} | {tally.refused} | {tally.broken} "
                     f"| {tally.faults} | {busy:.0f} | {load_average()} |",
@@ -213,8 +222,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--fault-every", type=float, default=15.0, help="seconds between faults")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--warmup-minutes",
+        type=float,
+        default=1.0,
+        help="minutes of calls before the first measured one: RSS growth is counted from the "
+        "first measured minute, after the models have loaded and run at full concurrency",
+    )
+    parser.add_argument(
+        "--turn",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a turn setting instead of the shipped one, as in bench.capacity",
+    )
     parser.add_argument("--log", help="keep the server's log here")
     args = parser.parse_args(argv)
+    args.turn = parse_turn(parser, args.turn)
     if len(os.sched_getaffinity(0)) < 2:
         parser.error("needs two cores (one for the server, one for the callers)")
     os.sched_setaffinity(0, {CLIENT_CORE})
