@@ -32,10 +32,14 @@
  *                   party, language, peer, peer_language}   an interpreted session (the page
  *                                      opened as /?interpreter_session=ID&party=agent|caller:
  *                                      both go in the offer's request_data): the status line
- *                                      says whether the other party is there; a translation
- *                                      message with another `party` is the other party's
- *                                      words, drawn as its own bubble (what they said, and
- *                                      what you heard in your language)
+ *                                      says whether the other party is there (and keeps
+ *                                      saying it: "Connected" does not replace it, nor does
+ *                                      "Disconnected" once the other party left); a
+ *                                      translation message with another `party` is the other
+ *                                      party's words, drawn as its own bubble (what they said,
+ *                                      and what you heard in your language); the bot's text
+ *                                      (those words and the session's notices, spoken) is
+ *                                      not drawn
  *   bot-ready, error, error-response  status line
  *
  * The microphone level meter is measured here, in the page (Web Audio), from the same stream
@@ -68,6 +72,8 @@ let userBubble = null; // {el, finals: [], interim: ""}
 let botBubble = null; // {el, segments: Map, order: [], tts: "", llm: "", latency: null}
 let meter = null; // {context, analyser, samples, level, frame}
 let translations = null; // a translation call: Map of utterance id -> its bubble
+let sessionStatus = null; // an interpreted session: [text, kind] of its status line
+let sessionOver = false; // the other party left: the server ends this call, the status says why
 
 function setStatus(text, kind) {
   ui.status.textContent = text;
@@ -152,6 +158,11 @@ const INTERPRETER = (() => {
   return id ? { interpreter_session: id, party: q.get("party") || "agent" } : null;
 })();
 
+// What the bot says is not drawn as its own bubble in a translation call (once a translation
+// came: the same words, spoken) nor in an interpreted session (it speaks the other party's
+// words, drawn as their bubble, and the session's notices, which the status line shows).
+function botTextShownElsewhere() { return !!(translations || INTERPRETER); }
+
 function translationBubble(id, language, party) {
   if (!translations) translations = new Map();
   const peer = INTERPRETER && party && party !== INTERPRETER.party;
@@ -188,12 +199,27 @@ function onServerMessage(data) {
   else if (data.type === "translation") onTranslation(data);
   else if (data.type === "translation-error") onTranslationError(data);
   else if (data.type === "interpreter-waiting") {
-    setStatus("Waiting for the " + data.peer + " (" + data.peer_language + ")", "connecting");
+    setSessionStatus("Waiting for the " + data.peer + " (" + data.peer_language + ")", "connecting");
   } else if (data.type === "interpreter-joined") {
-    setStatus("With the " + data.peer + " (" + data.peer_language + ")", "connected");
+    setSessionStatus("With the " + data.peer + " (" + data.peer_language + ")", "connected");
   } else if (data.type === "interpreter-peer-left") {
-    setStatus("The " + data.peer + " left", "idle");
+    sessionOver = true;
+    setSessionStatus("The " + data.peer + " left", "idle");
   }
+}
+
+// An interpreted session's state is the status line from its first message on: the call's
+// own "Connected" (bot-ready, the connection's state), which may come after it, does not
+// replace it, nor does "Disconnected" once the other party has left (the server then ends
+// this call).
+function setSessionStatus(text, kind) {
+  sessionStatus = [text, kind];
+  setStatus(text, kind);
+}
+
+function showConnected() {
+  if (sessionStatus) setStatus(...sessionStatus);
+  else setStatus("Connected", "connected");
 }
 
 function stageTimes(stagesMs) {
@@ -303,11 +329,11 @@ function stopMeter() {
 function handleRtvi(msg) {
   const data = msg.data || {};
   switch (msg.type) {
-    case "bot-ready": setStatus("Connected", "connected"); break;
+    case "bot-ready": showConnected(); break;
     case "user-transcription": onUserText(data.text, !!data.final); break;
-    case "bot-output": if (!translations) onBotOutput(data); break;
-    case "bot-tts-text": if (!translations) { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); } break;
-    case "bot-llm-text": if (!translations) { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); } break;
+    case "bot-output": if (!botTextShownElsewhere()) onBotOutput(data); break;
+    case "bot-tts-text": if (!botTextShownElsewhere()) { const b = ensureBot(); b.tts = joinText(b.tts, data.text || ""); renderBot(); } break;
+    case "bot-llm-text": if (!botTextShownElsewhere()) { const b = ensureBot(); b.llm = joinText(b.llm, data.text || ""); renderBot(); } break;
     case "vad-user-started-speaking": setHeard(true); break;
     case "vad-user-stopped-speaking": setHeard(false); break;
     case "server-message": onServerMessage(data); break;
@@ -324,7 +350,7 @@ function onChannelMessage(event) {
   try { msg = JSON.parse(event.data); } catch { return; }
   if (msg && msg.label === RTVI_LABEL) handleRtvi(msg);
   else if (msg && msg.type === "signalling" && msg.message && msg.message.type === "peerLeft") {
-    disconnect("The agent ended the call.");
+    disconnect(sessionOver ? "" : "The agent ended the call.");
   }
 }
 
@@ -350,6 +376,8 @@ async function postJson(url, method, body) {
 async function connect() {
   showError("");
   translations = null;
+  sessionStatus = null;
+  sessionOver = false;
   ui.button.disabled = true;
   setStatus("Connecting…", "connecting");
   try {
@@ -373,7 +401,7 @@ async function connect() {
     };
     pc.onconnectionstatechange = () => {
       if (!session || session.pc !== pc) return;
-      if (pc.connectionState === "connected") setStatus("Connected", "connected");
+      if (pc.connectionState === "connected") showConnected();
       if (pc.connectionState === "failed") disconnect("The connection failed (network or ICE).");
     };
 
@@ -427,7 +455,7 @@ function disconnect(reason) {
   ui.audio.srcObject = null;
   stopMeter();
   setPill(ui.botPill, false);
-  setStatus("Disconnected", "idle");
+  if (sessionOver) setStatus(...sessionStatus); else setStatus("Disconnected", "idle");
   ui.button.textContent = "Connect";
   ui.button.className = "primary";
   if (reason) showError(reason);

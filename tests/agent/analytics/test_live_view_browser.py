@@ -21,7 +21,7 @@ import websockets
 from fastapi import FastAPI
 
 from tests.agent.analytics.test_operator import ANALYSIS
-from tests.agent.playground.test_playground_browser import Browser
+from tests.agent.playground.browser import Browser
 from tests.agent.transports.stack import async_wait_for, running_server
 from tests.agent.transports.test_listen_only import (
     AGENT_SAYS,

@@ -11,23 +11,22 @@ shown in the README, is a copy of one).
 from __future__ import annotations
 
 import asyncio
-import base64
-import itertools
-import json
-import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import websockets
 from fastapi import FastAPI
 
 from agent.observability.metrics import STAGES
+from tests.agent.playground.browser import (
+    Browser,
+    async_wait_for_page,
+    open_playground,
+    screenshot_card,
+)
 from tests.agent.transports.stack import (
     async_wait_for,
     running_server,
@@ -38,7 +37,6 @@ from tests.fakes.chat_server import ChatServer
 from tests.fakes.speech import speech_at, words, write_wav
 from tests.fakes.speech_server import SpeechServer
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 QUESTION = "what is the weather like in paris today"
 FOLLOW_UP = "turn on the lights in the kitchen"
 
@@ -90,95 +88,6 @@ READ_THE_BAR = """
 """
 
 
-async def async_wait_for_page(browser: Browser, expression: str, *, what: str) -> None:
-    deadline = time.monotonic() + 20
-    while not await browser.js(expression):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-class Browser:
-    """Headless Chromium with a WAV file as its microphone, driven over CDP."""
-
-    def __init__(self, url: str, wav: Path, profile: Path) -> None:
-        self.process = subprocess.Popen(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={wav}",
-                "--autoplay-policy=no-user-gesture-required",
-                "--remote-debugging-port=0",
-                "--window-size=900,760",
-                url,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.profile = profile
-        self._ids = itertools.count(1)
-        self.ws: websockets.ClientConnection | None = None
-
-    async def attach(self) -> None:
-        port_file = self.profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("chromium did not open its DevTools port")
-            await asyncio.sleep(0.1)
-        port = port_file.read_text().split()[0]
-        async with httpx.AsyncClient() as http:
-            for _ in range(100):
-                targets = (await http.get(f"http://127.0.0.1:{port}/json/list")).json()
-                pages = [t for t in targets if t.get("type") == "page"]
-                if pages:
-                    break
-                await asyncio.sleep(0.1)
-        self.ws = await websockets.connect(pages[0]["webSocketDebuggerUrl"], max_size=None)
-
-    async def send(self, method: str, **params: Any) -> dict[str, Any]:
-        assert self.ws is not None
-        msg_id = next(self._ids)
-        await self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
-        while True:
-            reply = json.loads(await self.ws.recv())
-            if reply.get("id") == msg_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                result: dict[str, Any] = reply.get("result", {})
-                return result
-
-    async def js(self, expression: str) -> Any:
-        result = await self.send(
-            "Runtime.evaluate",
-            expression=expression,
-            returnByValue=True,
-            userGesture=True,
-            awaitPromise=True,
-        )
-        return result.get("result", {}).get("value")
-
-    async def close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_level(
     server: tuple[str, FastAPI], turn_log: list[dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -197,12 +106,7 @@ async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_leve
         try:
             await browser.attach()
             await browser.send("Runtime.enable")
-            await browser.send("Page.navigate", url=url + "/")
-            for _ in range(200):  # the first page may still be about:blank
-                found = await browser.js("!!document.getElementById('connect')")
-                if found and await browser.js("document.readyState") == "complete":
-                    break
-                await asyncio.sleep(0.1)
+            await open_playground(browser, url + "/")
             assert await browser.js("document.getElementById('connect').textContent") == "Connect"
             assert await browser.js(WATCH_THE_METER)
             await browser.js("document.getElementById('connect').click()")
@@ -262,13 +166,7 @@ async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_leve
                 "Number(document.getElementById('mic-level').getAttribute('aria-valuenow')) >= 40",
                 what="the follow-up question on the meter",
             )
-            card = await browser.js(
-                "(() => { const r = document.querySelector('main.card').getBoundingClientRect();"
-                " return {x: r.x - 12, y: r.y - 12, width: r.width + 24, height: r.height + 24,"
-                " scale: 1}; })()"
-            )
-            shot = await browser.send("Page.captureScreenshot", format="png", clip=card)
-            (tmp_path / "playground.png").write_bytes(base64.b64decode(shot["data"]))
+            (tmp_path / "playground.png").write_bytes(await screenshot_card(browser))
 
             await browser.js("document.getElementById('connect').click()")  # Disconnect
             await async_wait_for(
@@ -313,13 +211,7 @@ async def test_the_playground_shows_a_translation_call_as_it_is_translated(
             )
             try:
                 await browser.attach()
-                await browser.send("Page.navigate", url=url + "/")
-                for _ in range(200):
-                    if await browser.js("document.readyState") == "complete" and (
-                        await browser.js("!!document.getElementById('connect')")
-                    ):
-                        break
-                    await asyncio.sleep(0.1)
+                await open_playground(browser, url + "/")
                 await browser.js("document.getElementById('connect').click()")
                 await async_wait_for_page(
                     browser,
@@ -342,14 +234,8 @@ async def test_the_playground_shows_a_translation_call_as_it_is_translated(
                     browser, "!!document.querySelector('.msg.translation .latency')", what="a bar"
                 )
                 bot_bubbles = await browser.js("document.querySelectorAll('.msg.bot').length")
-                card = await browser.js(
-                    "(() => { const r = document.querySelector('main.card')"
-                    ".getBoundingClientRect(); return {x: r.x - 12, y: r.y - 12, "
-                    "width: r.width + 24, height: r.height + 24, scale: 1}; })()"
-                )
-                shot = await browser.send("Page.captureScreenshot", format="png", clip=card)
                 (tmp_path / "playground_translation.png").write_bytes(
-                    base64.b64decode(shot["data"])
+                    await screenshot_card(browser)
                 )
             finally:
                 await browser.close()

@@ -19,7 +19,8 @@ import pytest
 from fastapi import FastAPI
 
 from agent.config import LLMSettings
-from tests.agent.playground.test_playground_browser import QUESTION, READ_THE_BAR, Browser
+from tests.agent.playground.browser import Browser
+from tests.agent.playground.test_playground_browser import QUESTION, READ_THE_BAR
 from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
 from tests.conftest import requires_chromium, requires_espeak, requires_local_llm
 from tests.fakes.speech import speech_at, words, write_wav
