@@ -66,19 +66,16 @@ def interpreter_router(
             session = sessions.create(**{k: v.strip() for k, v in languages.items()})
         except InterpreterError as exc:
             raise HTTPException(exc.status, str(exc)) from None
-        webhook = f"{base_url(request)}/telephony/twilio"
-        return {
-            **session.as_dict(),
-            "join": {
-                role: {
-                    "twilio_webhook": webhook
-                    + "?"
-                    + urlencode({SESSION_PARAMETER: session.id, PARTY_PARAMETER: role}),
-                    "webrtc_request_data": {SESSION_PARAMETER: session.id, PARTY_PARAMETER: role},
-                }
-                for role in ROLES
-            },
-        }
+        carriers = ["twilio", "telnyx"] if settings.telnyx.public_key else ["twilio"]
+        join: dict[str, dict[str, Any]] = {}
+        for role in ROLES:
+            named = {SESSION_PARAMETER: session.id, PARTY_PARAMETER: role}
+            join[role] = {
+                f"{carrier}_webhook": f"{base_url(request)}/telephony/{carrier}?{urlencode(named)}"
+                for carrier in carriers
+            }
+            join[role]["webrtc_request_data"] = named
+        return {**session.as_dict(), "join": join}
 
     @router.get("/interpreter/sessions/{session_id}")
     async def show(

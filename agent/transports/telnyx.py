@@ -19,7 +19,10 @@ with 403 before anything starts (only those, and replays of a signed one, count 
 per-source limit). The stream must come from a call whose webhook was signed: rather than rely
 on Telnyx echoing a parameter of ours in ``start``, the stream URL carries a token the webhook
 signs with ``telnyx.stream_secret``, valid for a minute and for one stream only
-(:mod:`agent.transports.stream_tokens`).
+(:mod:`agent.transports.stream_tokens`). A webhook URL that names an interpreted session
+(``?interpreter_session=…&party=…``, :mod:`agent.interpreter`) hands both on in the stream URL
+beside the token; Telnyx does not sign the URL, so the session id (128 random bits, made by the
+operator) is what the call presents, as on WebRTC.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode
 from xml.sax.saxutils import quoteattr
 
 from cryptography.exceptions import InvalidSignature
@@ -42,6 +46,7 @@ from agent.config import Settings
 from agent.credentials import ascii_digits
 from agent.fastpath.media_stream_reader import RealTimeBudget
 from agent.fastpath.telnyx_serializer import G711, BatchingTelnyxSerializer
+from agent.interpreter.sessions import PARTY_PARAMETER, SESSION_PARAMETER
 from agent.transports.stream_tokens import StreamTokens
 from agent.transports.telephony import (
     AUDIO_BURST_S,
@@ -160,7 +165,11 @@ class TelnyxProvider:
         if busy:
             return Response(twiml_reject_busy(), media_type="application/xml")
         url = websocket_url(public_base_url(request, self._settings), self.ws_path)
-        url = f"{url}?token={self._tokens.issue()}"
+        query = {"token": self._tokens.issue()}
+        for name in (SESSION_PARAMETER, PARTY_PARAMETER):  # an interpreted session's party
+            if name in request.query_params:
+                query[name] = request.query_params[name]
+        url = f"{url}?{urlencode(query)}"
         return Response(texml_stream(url, self._codec), media_type="application/xml")
 
     def _replayed(self, signature: str) -> bool:

@@ -105,16 +105,17 @@ async def post_webhook(
     form: dict[str, str] | None = None,
     *,
     headers: dict[str, str] | None = None,
+    query: str = "",
 ) -> httpx.Response:
-    """POST the TeXML voice webhook; signed now with :data:`PRIVATE_KEY` unless ``headers``
-    are given (a forger's, or none)."""
+    """POST the TeXML voice webhook (``query``: what the number's webhook URL carries); signed
+    now with :data:`PRIVATE_KEY` unless ``headers`` are given (a forger's, or none)."""
     body = urlencode(form or new_call_form()).encode()
     sent = sign(body) if headers is None else headers
     # A carrier waits seconds for a webhook (Twilio 15 s), not httpx's default 5: forty calls
     # ringing at once on a loaded 2-core machine are answered, only later.
     async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_S) as http:
         return await http.post(
-            base_url + "/telephony/telnyx",
+            base_url + "/telephony/telnyx" + (f"?{query}" if query else ""),
             content=body,
             headers={"content-type": "application/x-www-form-urlencoded", **sent},
         )
@@ -128,11 +129,11 @@ def stream_url_of(texml: str) -> str:
     return stream.get("url", "")
 
 
-async def place_call(base_url: str, form: dict[str, str] | None = None) -> str:
+async def place_call(base_url: str, form: dict[str, str] | None = None, *, query: str = "") -> str:
     """Ring the number as Telnyx does: the signed webhook (for a new call SID unless ``form``
     names one: two identical signed webhooks are a replay); returns the media-stream URL the
     TeXML answer names."""
-    response = await post_webhook(base_url, form or new_call_form())
+    response = await post_webhook(base_url, form or new_call_form(), query=query)
     response.raise_for_status()
     return stream_url_of(response.text)
 

@@ -13,9 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
+import websockets
 
 from agent.config import Settings
 from agent.interpreter.sessions import JOINED, PEER_LEFT, WAITING
@@ -31,6 +33,8 @@ from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.speech import speech_at, word_error_rate
 from tests.fakes.speech_server import SpeechServer
+from tests.fakes.telnyx_caller import PUBLIC_KEY as TELNYX_PUBLIC_KEY
+from tests.fakes.telnyx_caller import TelnyxCaller, place_call, post_webhook
 from tests.fakes.twilio_caller import TOKEN, TwilioCaller, ulaw_speech
 from tests.pipelines.test_translation import SENTENCE, french
 
@@ -162,6 +166,52 @@ async def test_two_phone_callers_each_hear_the_other_in_their_language(
     assert "from English into French" in request["messages"][0]["content"]
     assert word_error_rate(SENTENCE, request["messages"][1]["content"]) <= 0.2
     assert quoted_in(redacted_log, "tomorrow morning", "demain matin") == []
+
+
+@requires_espeak
+async def test_a_telnyx_caller_joins_through_its_webhook_url_and_a_bad_session_is_told_why(
+    asr_server_url: str, asr_model_name: str, chat: ChatServer
+) -> None:
+    with SpeechServer(voice="espeak") as tts:
+        settings = interpreter_settings(asr_server_url, asr_model_name, chat.base_url, tts.url)
+        settings.telnyx = settings.telnyx.model_copy(update={"public_key": TELNYX_PUBLIC_KEY})
+        with running_server(settings) as (url, app):
+            session = await new_session(url, caller_language="English", agent_language="French")
+            sid, join = session["session_id"], session["join"]
+            webhook = join["caller"]["telnyx_webhook"]
+            assert webhook.startswith(f"{url}/telephony/telnyx?")
+            # The TeXML hands the session and the party on to the stream, beside its token.
+            stream_url = await place_call(url, query=webhook.partition("?")[2])
+            named = parse_qs(stream_url.partition("?")[2])
+            assert named["interpreter_session"] == [sid] and named["party"] == ["caller"]
+            async with websockets.connect(stream_url) as ws:
+                caller = TelnyxCaller(ws)
+                await caller.start()
+                await async_wait_for(
+                    lambda: "caller" in calls_by_party(app), timeout_s=15, what="the caller"
+                )
+                async with phone_party(url, 2, sid, "agent"):
+                    await async_wait_for(
+                        lambda: all(p["present"] for p in parties(app, sid).values()),
+                        timeout_s=30,
+                        what="both parties there",
+                    )
+                await asyncio.wait_for(caller.closed.wait(), timeout=45)  # the agent left
+            await async_wait_for(
+                lambda: not app.state.registry.calls(), timeout_s=15, what="both calls ended"
+            )
+            # A webhook URL that names no live session: the caller hears why, nothing streams.
+            unknown = await post_webhook(url, query=f"interpreter_session={sid}x&party=caller")
+            ended = await post_webhook(url, query=f"interpreter_session={sid}&party=caller")
+    for answer, why in ((unknown, "unknown"), (ended, "ended")):
+        assert answer.status_code == 200 and "<Stream" not in answer.text, answer.text
+        assert "<Hangup" in answer.text and why in answer.text, answer.text
+
+
+def parties(app: Any, session_id: str) -> dict[str, Any]:
+    """An interpreted session's parties as ``GET /interpreter/sessions/{id}`` shows them."""
+    session = app.state.interpreter.find(session_id)
+    return session.as_dict()["parties"] if session else {}
 
 
 @requires_espeak
