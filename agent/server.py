@@ -12,13 +12,14 @@ transports. Routes:
   Lines file (:mod:`agent.observability.record_sink`), and with ``records.recording`` each
   call is recorded as a WAV (:mod:`agent.observability.call_recording`).
 - ``POST /calls/outbound`` ``{"to": "+1555…", "from": "+1555…"}`` places a phone call through
-  Twilio (same Bearer token; see :mod:`agent.transports.outbound`).
+  Twilio (same Bearer token; see :mod:`agent.transports.outbound`); with
+  ``"interpreter_session"`` and ``"party"``, the callee joins that interpreted session.
 - ``GET /metrics`` Prometheus: per-turn latency by stage, calls, STT reconnects, errors
   (see :mod:`agent.observability`); every call's pipeline gets a turn-latency observer.
 - Interpreted sessions (two calls, each party hearing the other in its own language):
   ``POST /interpreter/sessions``, ``GET /interpreter/sessions/{id}`` (same Bearer token;
-  :mod:`agent.interpreter`); a call joins one through its WebRTC offer's ``request_data`` or
-  its Twilio webhook's query.
+  :mod:`agent.interpreter`); a call joins one through its WebRTC offer's ``request_data``, its
+  Twilio or Telnyx webhook's query, or ``POST /calls/outbound``.
 - WebRTC: ``POST|PATCH /api/offer``, ``POST /start``, ``POST|PATCH /sessions/{id}/api/offer``
   (see :mod:`agent.transports.webrtc`).
 - Twilio: ``POST /telephony/twilio``, ``WS /telephony/twilio/ws``
@@ -69,7 +70,7 @@ from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
 from agent.interpreter.routes import interpreter_router
-from agent.interpreter.sessions import InterpreterSessions
+from agent.interpreter.sessions import InterpreterError, InterpreterSessions
 from agent.llm.clients import close_shared_clients
 from agent.observability.answer_outcomes import count_turn_outcomes
 from agent.observability.call_record import CallRecordObserver
@@ -132,7 +133,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     webrtc = WebRTCCalls(
         settings=settings, registry=registry, task_factory=factory, interpreter=interpreter
     )
-    outbound = OutboundCalls(settings=settings, registry=registry)
+    outbound = OutboundCalls(settings=settings, registry=registry, interpreter=interpreter)
     telephony = TelephonyCalls(
         settings=settings,
         registry=registry,
@@ -237,15 +238,23 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         request: Request,
         to: str = Body(embed=True),
         from_: str | None = Body(default=None, embed=True, alias="from"),
+        interpreter_session: str | None = Body(default=None, embed=True),
+        party: str | None = Body(default=None, embed=True),
         authorization: str | None = Header(default=None),
     ) -> dict[str, Any]:
         _check_operator(settings, authorization)
         try:
             call = await outbound.place(
-                to=to, from_=from_, base_url=http_base_url(request, settings)
+                to=to,
+                from_=from_,
+                base_url=http_base_url(request, settings),
+                interpreter_session=interpreter_session,
+                party=party,
             )
         except OutboundUnavailable as exc:
             raise HTTPException(400, str(exc)) from None
+        except InterpreterError as exc:
+            raise HTTPException(exc.status, str(exc)) from None
         except CallLimitReached as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": "5"}) from None
         except TwilioRESTError as exc:

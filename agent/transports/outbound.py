@@ -11,13 +11,18 @@ pipeline. ``AnsweredBy`` (``human``, ``machine_start``, ``fax``, ``unknown`` …
 
 A call whose stream does not arrive within ``twilio.outbound_answer_timeout_s`` (no answer,
 busy, failed) gives its slot back and ends as "not answered".
+
+An outbound call may be a party of an interpreted session (:mod:`agent.interpreter`): the
+session is checked before Twilio is asked, the answer URL carries the session and the party
+(Twilio signs it), and the TwiML hands both to the media stream as ``<Parameter>``s, as an
+inbound call's webhook URL does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -25,6 +30,7 @@ from loguru import logger
 
 from agent.calls import Call, CallRegistry
 from agent.config import Settings
+from agent.interpreter.sessions import PARTY_PARAMETER, SESSION_PARAMETER, InterpreterSessions
 from agent.transports.telephony import (
     TwilioProvider,
     public_base_url,
@@ -48,20 +54,37 @@ class OutboundUnavailable(RuntimeError):
 class OutboundCalls:
     """Places outbound calls and holds their slots until their media streams arrive."""
 
-    def __init__(self, *, settings: Settings, registry: CallRegistry) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: CallRegistry,
+        interpreter: InterpreterSessions | None = None,
+    ) -> None:
         self._settings = settings
         self._registry = registry
+        self._interpreter = interpreter
         self._rest = twilio_rest(settings)
         self._provider = TwilioProvider(settings)
         self._pending: dict[str, tuple[Call, asyncio.TimerHandle]] = {}
         self.router = APIRouter()
         self.router.add_api_route(ANSWERED_PATH, self._answered, methods=["POST"])
 
-    async def place(self, *, to: str, from_: str | None, base_url: str) -> Call:
+    async def place(
+        self,
+        *,
+        to: str,
+        from_: str | None,
+        base_url: str,
+        interpreter_session: str | None = None,
+        party: str | None = None,
+    ) -> Call:
         """Reserve a slot and have Twilio call ``to``; the call is returned at once (ringing).
+        With ``interpreter_session``, the callee joins that session as ``party``.
 
         Raises:
             OutboundUnavailable: no Twilio credentials, no caller ID, or a bad number.
+            agent.interpreter.sessions.InterpreterError: the session cannot take that party.
             agent.calls.CallLimitReached: the server is at ``server.max_calls`` or draining.
             TwilioRESTError: Twilio refused the call or could not be reached.
         """
@@ -81,13 +104,20 @@ class OutboundCalls:
                 raise OutboundUnavailable(
                     f"{role} {number!r} is neither an E.164 number (+15550100) nor a SIP URI"
                 )
+        answer_url = f"{base_url}{ANSWERED_PATH}"
+        if interpreter_session is not None or party is not None:
+            if self._interpreter is None:
+                raise OutboundUnavailable("this server has no interpreted sessions")
+            self._interpreter.check(interpreter_session, party)
+            named = {SESSION_PARAMETER: interpreter_session, PARTY_PARAMETER: party}
+            answer_url += f"?{urlencode(named)}"
         call = self._registry.reserve("twilio")
         call.attributes.update({"direction": "outbound", "to": to, "from": caller_id})
         try:
             resource = await self._rest.create_call(
                 to=to,
                 from_=caller_id,
-                url=f"{base_url}{ANSWERED_PATH}",
+                url=answer_url,
                 machine_detection=self._settings.twilio.machine_detection,
             )
         except TwilioRESTError:
@@ -141,7 +171,8 @@ class OutboundCalls:
         if form.get("AnsweredBy"):
             call.attributes["answered_by"] = form["AnsweredBy"]
         url = websocket_url(public_base_url(request, self._settings), self._provider.ws_path)
-        return Response(
-            twiml_stream(url, {"token": self._provider.stream_tokens.issue(call_sid)}),
-            media_type="application/xml",
-        )
+        parameters = {"token": self._provider.stream_tokens.issue(call_sid)}
+        for name in (SESSION_PARAMETER, PARTY_PARAMETER):  # signed with the URL by Twilio
+            if name in request.query_params:
+                parameters[name] = request.query_params[name]
+        return Response(twiml_stream(url, parameters), media_type="application/xml")

@@ -161,10 +161,13 @@ async def test_two_phone_callers_each_hear_the_other_in_their_language(
     assert agent.ws.close_code == 1000
     assert call_b.end_reason == "the caller left the interpreted session"
     assert call_a.attributes["interpreter_session"] == sid
-    # One request, in the caller → agent direction's languages.
-    (request,) = chat.requests
-    assert "from English into French" in request["messages"][0]["content"]
-    assert word_error_rate(SENTENCE, request["messages"][1]["content"]) <= 0.2
+    # Requests only in the caller → agent direction (the agent was silent): one per final
+    # transcript, so one, or two where a loaded machine's VAD split the sentence at a pause.
+    assert 1 <= len(chat.requests) <= 2
+    for request in chat.requests:
+        assert "from English into French" in request["messages"][0]["content"]
+    said = " ".join(request["messages"][1]["content"] for request in chat.requests)
+    assert word_error_rate(SENTENCE, said) <= 0.2
     assert quoted_in(redacted_log, "tomorrow morning", "demain matin") == []
 
 

@@ -181,3 +181,44 @@ async def test_without_twilio_credentials_outbound_calls_say_what_to_set(
             assert response.status_code == 400
             assert "twilio.account_sid" in response.json()["detail"]
             assert twilio.requests == [] and app.state.registry.stats.started == 0
+
+
+async def test_an_outbound_call_joins_an_interpreted_session_as_the_party_named(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async with TwilioStandIn(answered_by="human") as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, greeter) as (url, app, _chat):
+            async with httpx.AsyncClient() as http:
+                made = await http.post(
+                    f"{url}/interpreter/sessions",
+                    json={"caller_language": "English", "agent_language": "French"},
+                    headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+                )
+            sid = made.json()["session_id"]
+            for body, status, why in (
+                ({"interpreter_session": sid + "x", "party": "agent"}, 404, "unknown"),
+                ({"interpreter_session": sid, "party": "boss"}, 400, "'party'"),
+            ):  # refused before Twilio is asked or a slot is taken
+                refused = await call_out(url, {"to": CALLEE, **body})
+                assert refused.status_code == status and why in refused.text, refused.text
+            assert twilio.requests == [] and app.state.registry.stats.started == 0
+
+            as_agent = {"to": CALLEE, "interpreter_session": sid, "party": "agent"}
+            placed = await call_out(url, as_agent)
+            assert placed.status_code == 201, placed.text
+            assert twilio.last().form["Url"] == (
+                f"{url}/telephony/twilio/outbound?interpreter_session={sid}&party=agent"
+            )
+            callee = await twilio.stream_of(placed.json()["attributes"]["call_sid"])
+            session = app.state.interpreter.find(sid)
+            await async_wait_for(
+                lambda: session.parties["agent"].present, timeout_s=15, what="the agent joined"
+            )
+            (call,) = app.state.registry.calls()
+            assert call.id == placed.json()["id"]  # the reserved slot, claimed by its stream
+            assert call.attributes["interpreter_session"] == sid
+            assert call.attributes["party"] == "agent"
+            taken = await call_out(url, as_agent)
+            assert taken.status_code == 409 and "joined already" in taken.text, taken.text
+            await callee.stop()
+            await asyncio.wait_for(callee.closed.wait(), 10)
