@@ -69,9 +69,11 @@ from agent.credentials import same_secret
 from agent.fastpath.idle_watch import IdleCallWatch
 from agent.fastpath.inline_observers import observe_inline
 from agent.health import readiness
+from agent.interpreter.notices import NOTICE_LANGUAGE, NoticeTranslations
 from agent.interpreter.routes import interpreter_router
 from agent.interpreter.sessions import InterpreterError, InterpreterSessions
 from agent.llm.clients import close_shared_clients
+from agent.llm.translation import Translator
 from agent.observability.answer_outcomes import count_turn_outcomes
 from agent.observability.call_record import CallRecordObserver
 from agent.observability.call_recording import CallRecordings
@@ -89,6 +91,7 @@ from agent.transports.twilio_rest import TwilioRESTError
 from agent.transports.webrtc import WebRTCCalls
 from pipelines.analytics import track_transcription
 from pipelines.interpreter import build_interpreted_task
+from pipelines.services import translator
 from pipelines.translation import build_translation_task
 from pipelines.voice_agent import build_voice_agent_task
 
@@ -120,7 +123,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
         if records.recording and records.directory is not None
         else None
     )
-    interpreter = InterpreterSessions()
+    interpreter = InterpreterSessions(notices=_notice_translations(settings))
     registry.when_ended(interpreter.leave)
     factory = ObservedCalls(
         pipeline or default_pipeline(settings),
@@ -273,6 +276,19 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
 
     app.mount("/playground", StaticFiles(directory=PLAYGROUND_DIR), name="playground")
     return app
+
+
+def _notice_translations(settings: Settings) -> NoticeTranslations | None:
+    """The interpreted sessions' notices in each party's language, by the session's own
+    translating model (none without an LLM: sessions need one anyway)."""
+    if not settings.llm.base_url:
+        return None
+
+    def translator_into(language: str) -> Translator:
+        languages = {"source_language": NOTICE_LANGUAGE, "target_language": language}
+        return translator(settings.translation.model_copy(update=languages), settings.llm)
+
+    return NoticeTranslations(translator_into)
 
 
 def default_pipeline(settings: Settings) -> PipelineFactory:

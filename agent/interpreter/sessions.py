@@ -34,6 +34,7 @@ from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frameworks.rtvi import RTVIServerMessageFrame
 
 from agent.calls import Call
+from agent.interpreter.notices import JOINED, PEER_LEFT, WAITING, NoticeTranslations
 
 PartyRole = Literal["caller", "agent"]
 ROLES: Final[tuple[PartyRole, PartyRole]] = ("caller", "agent")
@@ -52,9 +53,6 @@ SESSION_TTL_S: Final = 15 * 60.0
 MAX_SESSIONS: Final = 1000
 """Sessions that may wait at once: a bound on what a leaked operator token can fill."""
 
-WAITING: Final = "Please hold: the other party has not joined yet."
-JOINED: Final = "The other party has joined. You can speak now."
-PEER_LEFT: Final = "The other party has left the call. Goodbye."
 FROM_PEER: Final = "interpreter_from"
 """``Frame.metadata`` key set on frames queued into a call by its peer (its role)."""
 
@@ -94,6 +92,8 @@ class InterpreterSession:
     parties: dict[PartyRole, Party] = field(default_factory=dict)
     created: float = field(default_factory=time.monotonic)
     ended_at: float | None = None
+    notices: NoticeTranslations | None = field(default=None, repr=False)
+    """The notices in each party's language (``None``: as written, in English)."""
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
 
     @property
@@ -128,11 +128,12 @@ class InterpreterSession:
             self._tell_left(party, peer)
             return
         if not peer.present:
-            await _queue(party, [_message("interpreter-waiting", party), TTSSpeakFrame(WAITING)])
+            waiting = [_message("interpreter-waiting", party), self._notice(WAITING, party)]
+            await _queue(party, waiting)
             return
         logger.info(f"interpreter session {_short(self.id)}: both parties are here")
         for each in (party, peer):
-            await _queue(each, [_message("interpreter-joined", each), TTSSpeakFrame(JOINED)])
+            await _queue(each, [_message("interpreter-joined", each), self._notice(JOINED, each)])
 
     async def to_peer(self, party: Party, frames: Iterable[Frame]) -> bool:
         """Queue ``frames`` into the other party's call (marked as coming from ``party``);
@@ -163,18 +164,30 @@ class InterpreterSession:
             party.call.end_because(f"the {gone.role} left the interpreted session")
         message = _message("interpreter-peer-left", party)
         task = asyncio.get_running_loop().create_task(
-            _queue_and_log(party, [message, TTSSpeakFrame(PEER_LEFT), EndFrame()]),
+            _queue_and_log(party, [message, self._notice(PEER_LEFT, party), EndFrame()]),
             name=f"interpreter-{_short(self.id)}-left",
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _notice(self, notice: str, party: Party) -> TTSSpeakFrame:
+        """``notice`` spoken to ``party``, in its language when the translation is ready."""
+        text = self.notices.text(notice, party.language) if self.notices else notice
+        return TTSSpeakFrame(text)
 
 
 class InterpreterSessions:
     """Creates sessions, admits each party's call once, and tells a party when the other
     one leaves (:meth:`leave`, from the call registry's ``when_ended``)."""
 
-    def __init__(self, *, ttl_s: float = SESSION_TTL_S, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float = SESSION_TTL_S,
+        max_sessions: int = MAX_SESSIONS,
+        notices: NoticeTranslations | None = None,
+    ) -> None:
+        self._notices = notices
         self._ttl_s = ttl_s
         self._max = max_sessions
         self._sessions: dict[str, InterpreterSession] = {}
@@ -189,11 +202,14 @@ class InterpreterSessions:
                 f"{self._ttl_s:.0f} s for unjoined ones to expire)",
                 status=503,
             )
-        session = InterpreterSession(id=secrets.token_urlsafe(16))
+        session = InterpreterSession(id=secrets.token_urlsafe(16), notices=self._notices)
         session.parties = {
             "caller": Party("caller", caller_language, session),
             "agent": Party("agent", agent_language, session),
         }
+        if self._notices is not None:  # ready by the time the calls join, as a rule
+            for language in (caller_language, agent_language):
+                self._notices.prepare(language)
         self._sessions[session.id] = session
         logger.info(f"interpreter session {_short(session.id)} created")
         return session

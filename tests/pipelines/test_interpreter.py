@@ -20,7 +20,7 @@ import pytest
 import websockets
 
 from agent.config import Settings
-from agent.interpreter.sessions import JOINED, PEER_LEFT, WAITING
+from agent.interpreter.notices import JOINED, NOTICES, PEER_LEFT, WAITING
 from tests.agent.transports.carriers import Carrier
 from tests.agent.transports.stack import (
     CLIENT_RATE,
@@ -94,6 +94,16 @@ async def phone_party(url: str, n: int, session_id: str, party: str) -> AsyncIte
         yield caller
 
 
+def is_notice(request: dict[str, Any]) -> bool:
+    """Whether a chat request translates one of the session's notices (not a party's words)."""
+    return request["messages"][-1]["content"] in NOTICES
+
+
+def in_french(notice: str) -> str:
+    """A notice as the fake model translates it into French (and the agent hears it)."""
+    return french([{"role": "user", "content": notice}])
+
+
 def heard(call: Any) -> str:
     """Everything the TTS played into ``call`` (its record), as one text."""
     return " ".join(call.bot_transcript)
@@ -112,6 +122,11 @@ async def test_two_phone_callers_each_hear_the_other_in_their_language(
         with running_server(settings) as (url, app):
             session = await new_session(url, caller_language="English", agent_language="French")
             sid = session["session_id"]
+            await async_wait_for(
+                lambda: any("notices translated into 'French'" in line for line in redacted_log),
+                timeout_s=15,
+                what="the notices in French",
+            )
             async with phone_party(url, 1, sid, "caller") as caller:
                 caller_line = asyncio.create_task(caller.silence(60))
                 # Alone: the caller is told to wait (spoken into the call).
@@ -129,7 +144,7 @@ async def test_two_phone_callers_each_hear_the_other_in_their_language(
                     )
                     call_b = calls_by_party(app)["agent"]
                     await async_wait_for(
-                        lambda: JOINED in heard(call_a) and JOINED in heard(call_b),
+                        lambda: JOINED in heard(call_a) and in_french(JOINED) in heard(call_b),
                         timeout_s=30,
                         what="both told they are joined",
                     )
@@ -157,16 +172,22 @@ async def test_two_phone_callers_each_hear_the_other_in_their_language(
     assert word_error_rate(SENTENCE, " ".join(call_a.user_transcript)) <= 0.2
     assert "demain" not in heard(call_a)  # not spoken back to its speaker
     assert call_b.user_transcript == []
-    assert heard(call_b).endswith(PEER_LEFT) and agent.media_received > heard_by_agent
+    # The agent heard the notices in French; the caller, in English, as written.
+    assert JOINED not in heard(call_b) and in_french(WAITING) not in heard(call_a)
+    assert heard(call_b).endswith(in_french(PEER_LEFT)) and agent.media_received > heard_by_agent
     assert agent.ws.close_code == 1000
     assert call_b.end_reason == "the caller left the interpreted session"
     assert call_a.attributes["interpreter_session"] == sid
-    # Requests only in the caller → agent direction (the agent was silent): one per final
-    # transcript, so one, or two where a loaded machine's VAD split the sentence at a pause.
-    assert 1 <= len(chat.requests) <= 2
+    # The notices into French, once; then requests only in the caller → agent direction (the
+    # agent was silent): one per final transcript, so one, or two where a loaded machine's
+    # VAD split the sentence at a pause.
+    notices = [r for r in chat.requests if is_notice(r)]
+    assert sorted(r["messages"][1]["content"] for r in notices) == sorted(NOTICES)
+    utterances = [r for r in chat.requests if r not in notices]
+    assert 1 <= len(utterances) <= 2
     for request in chat.requests:
         assert "from English into French" in request["messages"][0]["content"]
-    said = " ".join(request["messages"][1]["content"] for request in chat.requests)
+    said = " ".join(request["messages"][1]["content"] for request in utterances)
     assert word_error_rate(SENTENCE, said) <= 0.2
     assert quoted_in(redacted_log, "tomorrow morning", "demain matin") == []
 
@@ -302,7 +323,7 @@ async def test_a_phone_caller_and_a_browser_agent_talk_both_ways_with_captions_o
         "French",
         "English",
     )
-    systems = [r["messages"][0]["content"] for r in chat.requests]
+    systems = [r["messages"][0]["content"] for r in chat.requests if not is_notice(r)]
     assert len(systems) == 2
     assert any("from English into French" in s for s in systems), systems
     assert any("from French into English" in s for s in systems), systems

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from agent.interpreter.sessions import PEER_LEFT
+from agent.interpreter.notices import PEER_LEFT
 from tests.agent.playground.browser import (
     Browser,
     async_wait_for_page,
@@ -34,7 +34,9 @@ from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import ulaw_speech
 from tests.pipelines.test_interpreter import (
     heard,
+    in_french,
     interpreter_settings,
+    is_notice,
     new_session,
     phone_party,
     translate,
@@ -172,7 +174,7 @@ async def test_the_playground_shows_an_interpreted_session_from_the_agents_side(
     assert text == french([{"content": source}]), (text, source)
     assert interim == ""
     assert bubbles == ["msg peer"], bubbles
-    (request,) = chat.requests
+    (request,) = [r for r in chat.requests if not is_notice(r)]
     assert "from English into French" in request["messages"][0]["content"]
     # The status line went through the session's states, in order: once the session has a
     # state, the call's own "Connected" (which may come later) does not replace it, nor does
@@ -186,4 +188,4 @@ async def test_the_playground_shows_an_interpreted_session_from_the_agents_side(
     ], statuses
     # The call is over (the server ended it), and the page still says why, with no error.
     assert (final_status, error, button) == ("The caller left", "", "Connect"), statuses
-    assert heard(agent_call).endswith(PEER_LEFT)
+    assert heard(agent_call).endswith(in_french(PEER_LEFT))  # the agent's language
