@@ -10,7 +10,7 @@ and an aiortc WebRTC peer (:mod:`tests.fakes.webrtc_caller`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
@@ -92,6 +92,11 @@ async def phone_party(url: str, n: int, session_id: str, party: str) -> AsyncIte
             }
         )
         yield caller
+
+
+def told(client: Any, kind: str) -> Callable[[], bool]:
+    """Whether the WebRTC ``client`` has had a ``server-message`` of ``kind`` (to wait on)."""
+    return lambda: any(m["data"].get("type") == kind for m in client.rtvi("server-message"))
 
 
 def is_notice(request: dict[str, Any]) -> bool:
@@ -254,20 +259,12 @@ async def test_a_phone_caller_and_a_browser_agent_talk_both_ways_with_captions_o
                 )
                 assert joined.status_code == 200, joined.text
                 await async_wait_for(
-                    lambda: any(
-                        m["data"].get("type") == "interpreter-waiting"
-                        for m in agent.rtvi("server-message")
-                    ),
-                    timeout_s=30,
-                    what="the agent told to wait",
+                    told(agent, "interpreter-waiting"), timeout_s=30, what="the agent told to wait"
                 )
                 async with phone_party(url, 1, sid, "caller") as caller:
                     async with caller.quiet():
                         await async_wait_for(
-                            lambda: any(
-                                m["data"].get("type") == "interpreter-joined"
-                                for m in agent.rtvi("server-message")
-                            ),
+                            told(agent, "interpreter-joined"),
                             timeout_s=30,
                             what="the agent told the caller joined",
                         )
