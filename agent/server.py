@@ -74,6 +74,7 @@ from agent.interpreter.routes import interpreter_router
 from agent.interpreter.sessions import InterpreterError, InterpreterSessions
 from agent.llm.clients import close_shared_clients
 from agent.llm.translation import Translator
+from agent.memory import trim_when_idle
 from agent.observability.answer_outcomes import count_turn_outcomes
 from agent.observability.call_record import CallRecordObserver
 from agent.observability.call_recording import CallRecordings
@@ -125,6 +126,7 @@ def create_app(settings: Settings, *, pipeline: PipelineFactory | None = None) -
     )
     interpreter = InterpreterSessions(notices=_notice_translations(settings))
     registry.when_ended(interpreter.leave)
+    registry.when_ended(trim_when_idle(lambda: registry.stats.active == 0))
     factory = ObservedCalls(
         pipeline or default_pipeline(settings),
         settings=settings,

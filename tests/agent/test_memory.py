@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,3 +48,27 @@ def test_trims_are_spaced_by_the_interval(monkeypatch: pytest.MonkeyPatch) -> No
     assert not memory.release_free_memory()
     clock[0] += memory.TRIM_EVERY_S
     assert memory.release_free_memory()
+
+
+async def test_when_the_last_call_has_ended_and_none_came_since_the_memory_goes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "_malloc_trim", trims.append)
+    monkeypatch.setattr(memory, "_last_trim", memory.time.monotonic())  # one just now
+    calls = ["a", "b"]
+    on_call_end = memory.trim_when_idle(lambda: not calls, after_s=0.05)
+
+    calls.remove("a")
+    on_call_end("a")  # "b" still runs
+    await asyncio.sleep(0.1)
+    assert trims == []
+    calls.remove("b")
+    on_call_end("b")  # the last one
+    on_call_end("b")  # told twice: still one trim
+    await asyncio.sleep(0.1)
+    assert trims == [0], "an idle server kept its calls' freed memory"
+    on_call_end("c")
+    calls.append("d")  # a new call came before the trim was due
+    await asyncio.sleep(0.1)
+    assert trims == [0]
