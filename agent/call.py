@@ -1,11 +1,13 @@
-"""``voice-agent call +15550100 [--from +15550199]``: have the running server call someone.
+"""``voice-agent call +15550100 [--from +15550199] [--interpreter-session ID --party agent]``:
+have the running server call someone (with a session: as that party of an interpreted session).
 
 The command asks the server (``POST /calls/outbound`` with the profile's ``server.api_token``)
 rather than Twilio directly, so the call counts against the server's ``server.max_calls`` and
 its media stream lands on the server that placed it. It prints the new call (JSON) and exits.
 Exit status: 0 the call was placed (it is ringing), 2 bad arguments or refused by the server
-(bad number, no caller ID, no Twilio credentials), 3 server unreachable, 4 not authorized (or
-the operator API is off), 5 the server is busy or Twilio refused the call.
+(bad number, no caller ID, no Twilio credentials, an unknown or taken interpreted session), 3
+server unreachable, 4 not authorized (or the operator API is off), 5 the server is busy or
+Twilio refused the call.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--from", dest="from_", help="caller ID: one of your Twilio numbers (twilio.from_number)"
     )
     parser.add_argument(
+        "--interpreter-session",
+        help="dial the callee into this interpreted session (POST /interpreter/sessions)",
+    )
+    parser.add_argument(
+        "--party",
+        choices=("caller", "agent"),
+        help="which party of the interpreted session the callee is",
+    )
+    parser.add_argument(
         "--server", help="the server's base URL (default: http://server.host:server.port)"
     )
     parser.add_argument("--token", help="the operator API token (default: server.api_token)")
@@ -39,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.interpreter_session is None) != (args.party is None):
+        parser.error("--interpreter-session and --party go together")
     try:
         settings = load_settings(args.profile)
     except ConfigError as exc:
@@ -55,6 +69,8 @@ def main(argv: list[str]) -> int:
         )
         return EXIT_USAGE
     body = {"to": args.to, **({"from": args.from_} if args.from_ else {})}
+    if args.interpreter_session:
+        body |= {"interpreter_session": args.interpreter_session, "party": args.party}
     try:
         response = httpx.post(
             f"{server.rstrip('/')}/calls/outbound",
@@ -73,7 +89,8 @@ def main(argv: list[str]) -> int:
     except ValueError:
         detail = response.text
     print(f"voice-agent call: {response.status_code}: {detail}", file=sys.stderr)
-    if response.status_code in (401, 404):
+    api_off = response.status_code == 404 and not args.interpreter_session  # else: no session
+    if response.status_code == 401 or api_off:
         return EXIT_UNAUTHORIZED
     if response.status_code in (502, 503):
         return EXIT_REFUSED

@@ -222,3 +222,26 @@ async def test_an_outbound_call_joins_an_interpreted_session_as_the_party_named(
             assert taken.status_code == 409 and "joined already" in taken.text, taken.text
             await callee.stop()
             await asyncio.wait_for(callee.closed.wait(), 10)
+
+
+async def test_the_cli_names_the_session_and_says_why_it_was_refused(
+    asr_server_url: str, asr_model_name: str
+) -> None:
+    async def cli(*args: str) -> tuple[int | None, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent.cli", "call", CALLEE, *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _out, err = await asyncio.wait_for(process.communicate(), 30)
+        return process.returncode, err.decode()
+
+    async with TwilioStandIn() as twilio:
+        with phone_agent(asr_server_url, asr_model_name, twilio, greeter) as (url, app, _chat):
+            server = ["--server", url, "--token", OPERATOR_TOKEN]
+            unknown = await cli(
+                "--interpreter-session", "no-such-session", "--party", "agent", *server
+            )
+            alone = await cli("--interpreter-session", "no-such-session", *server)
+            assert twilio.requests == [] and app.state.registry.stats.started == 0
+    assert unknown[0] == 2 and "404: unknown or expired interpreted session" in unknown[1]
+    assert alone[0] == 2 and "--interpreter-session and --party go together" in alone[1]
