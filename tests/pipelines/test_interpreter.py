@@ -306,21 +306,22 @@ async def test_a_phone_caller_and_a_browser_agent_talk_both_ways_with_captions_o
                         )
             finally:
                 await agent.close()
-    (from_caller,) = captions("caller")
-    assert word_error_rate(SENTENCE, from_caller["source"]) <= 0.2, from_caller
-    assert "demain matin" in from_caller["text"]
-    assert (from_caller["source_language"], from_caller["target_language"]) == (
-        "English",
-        "French",
-    )
-    (said,) = captions("agent")
-    assert word_error_rate(AGENT_SENTENCE, said["source"]) <= 0.2, said
-    assert (said["text"], said["source_language"], said["target_language"]) == (
-        IN_ENGLISH,
-        "French",
-        "English",
-    )
+    # A loaded machine may end a sentence at a pause: one or two finals per side.
+    from_caller = captions("caller")
+    assert 1 <= len(from_caller) <= 2, from_caller
+    heard_source = " ".join(c["source"] for c in from_caller)
+    assert word_error_rate(SENTENCE, heard_source) <= 0.2, from_caller
+    assert "demain matin" in " ".join(c["text"] for c in from_caller)
+    assert {(c["source_language"], c["target_language"]) for c in from_caller} == {
+        ("English", "French")
+    }
+    said = captions("agent")
+    assert 1 <= len(said) <= 2, said
+    assert word_error_rate(AGENT_SENTENCE, " ".join(c["source"] for c in said)) <= 0.2, said
+    assert {(c["text"], c["source_language"], c["target_language"]) for c in said} == {
+        (IN_ENGLISH, "French", "English")
+    }
     systems = [r["messages"][0]["content"] for r in chat.requests if not is_notice(r)]
-    assert len(systems) == 2
+    assert len(systems) == len(from_caller) + len(said)
     assert any("from English into French" in s for s in systems), systems
     assert any("from French into English" in s for s in systems), systems
