@@ -63,7 +63,7 @@ class Utterance:
 
 def phrase_audio(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndarray:
     """One phrase as the set speaks it: PCM16 samples, trimmed to its first and last loud one."""
-    return _trimmed(phrase, sample_rate)
+    return _trimmed(phrase, sample_rate, voice)
 
 
 @cache
