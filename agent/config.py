@@ -300,6 +300,15 @@ class TurnSettings(_Section):
         description="The volume a window needs, 0-1 over -110..-10 LUFS (Pipecat: 0.6).",
     )
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
+    vad_foreground_db: float = Field(
+        default=6.0,
+        ge=0,
+        le=30,
+        description="On a line where other people talk behind the caller, speech more than "
+        "this many dB below the caller's own level is not the caller's, so the VAD hears the "
+        "caller stop (agent/vad/foreground.py); without it Silero hears the talkers and no turn "
+        "ends. Acts only while the line's background is speech to Silero; 0: off.",
+    )
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",
         description="'adaptive': end soon after a complete question (complete_wait_s), else "

@@ -139,7 +139,8 @@ def build_voice_agent_task(
             stop_secs=turn.vad_stop_secs,
             confidence=turn.vad_confidence,
             min_volume=turn.vad_min_volume,
-        )
+        ),
+        foreground_margin_db=turn.vad_foreground_db or None,
     )
     transport_input = transport.input()
     if isinstance(transport_input, HostsVAD):

@@ -47,6 +47,7 @@ from agent.vad.batcher import (
     shared_batcher,
     silero_session,
 )
+from agent.vad.foreground import ForegroundTalker
 
 # The same reset rule as pipecat.audio.vad.silero (see its comments for the reasoning): after
 # this much audio, reset the model's memory at the first quiet point where this many windows
@@ -63,6 +64,9 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         sample_rate: 8000 or 16000 Hz; None to take the pipeline's input rate.
         params: VAD thresholds and timing, as for ``SileroVADAnalyzer``.
         batcher: the batcher to use; default: the running event loop's shared one.
+        foreground_margin_db: count a speech window only within this many dB of the caller's
+            own speech level (:mod:`agent.vad.foreground`: talkers behind the caller are not
+            the caller); ``None`` (the default) decides exactly as Pipecat's analyzer.
     """
 
     def __init__(
@@ -71,8 +75,14 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         sample_rate: int | None = None,
         params: VADParams | None = None,
         batcher: SileroBatcher | None = None,
+        foreground_margin_db: float | None = None,
     ) -> None:
         super().__init__(sample_rate=sample_rate, params=params)
+        self._foreground = (
+            None
+            if foreground_margin_db is None
+            else ForegroundTalker(foreground_margin_db, window_s=WINDOW_SAMPLES[16000] / 16000)
+        )
         self._batcher = batcher
         self._stream = SileroStream()
         self._lock = asyncio.Lock()
@@ -149,10 +159,13 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         if reset_check:
             self._maybe_reset_model(float(confidence))
         self._prev_volume = self._get_smoothed_volume(window)
-        self._step(
+        speech = (
             bool(confidence >= self._params.confidence)
             and self._prev_volume >= self._params.min_volume
         )
+        if self._foreground is not None:
+            speech = self._foreground.is_caller(window, speech)
+        self._step(speech)
 
     def _maybe_reset_model(self, confidence: float) -> None:
         """Reset this call's model memory when due and clearly quiet (as Silero's analyzer)."""

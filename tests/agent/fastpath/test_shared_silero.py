@@ -28,10 +28,12 @@ from pipecat.tests.utils import run_test
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad import SileroBatcher, SileroStream
 from tests.conftest import requires_espeak
-from tests.fakes.speech import conversation, frames_of
+from tests.fakes.line_noise import line
+from tests.fakes.speech import conversation, frames_of, speech_at
 
 pytestmark = requires_espeak
 
+QUESTION = "can you call me back tomorrow"
 HANG_GUARD_S = 60.0  # only stops a hung test; nothing here asserts speed
 
 
@@ -232,3 +234,57 @@ async def test_vad_processor_with_shared_analyzer_emits_the_stock_start_and_stop
         "VADUserStoppedSpeakingFrame",
     ]
     assert shared == await vad_events(SileroVADAnalyzer())  # after the same audio frame
+
+
+@pytest.mark.parametrize(("sample_rate", "frame_bytes"), [(8000, 320), (16000, 640)])
+async def test_with_the_talker_gate_a_quiet_line_starts_and_stops_as_stock_silero(
+    sample_rate: int, frame_bytes: int
+) -> None:
+    """The gate (``foreground_margin_db``) acts where the line's background is speech. On a
+    quiet line the only place it can is the soft, fading end of an utterance, which Silero
+    still calls speech: a stop may come a few windows sooner, never later, and every start
+    is the same."""
+    frames = frames_of(conversation(sample_rate), frame_bytes)
+
+    async def edges(margin_db: float | None) -> tuple[list[int], list[int]]:
+        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
+        vad.set_sample_rate(sample_rate)
+        states = await feed(vad, frames)
+        reported = [s for s in states if s in (VADState.SPEAKING, VADState.QUIET)]
+        at = [i for i, s in enumerate(states) if s in (VADState.SPEAKING, VADState.QUIET)]
+        changes = [at[i] for i in range(1, len(reported)) if reported[i] != reported[i - 1]]
+        starts = [i for i in changes if states[i] == VADState.SPEAKING]
+        return starts, [i for i in changes if states[i] == VADState.QUIET]
+
+    stock_starts, stock_stops = await edges(None)
+    starts, stops = await edges(6.0)
+    assert starts == stock_starts and len(stops) == len(stock_stops) == 3
+    frame_s = frame_bytes / 2 / sample_rate
+    for stop, stock_stop in zip(stops, stock_stops, strict=True):
+        assert 0 <= (stock_stop - stop) * frame_s <= 0.3, (stops, stock_stops)
+
+
+async def test_with_people_talking_behind_the_caller_the_gate_hears_the_caller_stop() -> None:
+    """Four talkers 10 dB under a question, from a second before it to three after: Silero
+    calls them speech, so without the gate the VAD never hears the caller stop."""
+    question = np.frombuffer(speech_at(QUESTION, 8000, voice="piper"), np.int16)
+    loud = np.flatnonzero(np.abs(question.astype(np.int32)) > 300)
+    before, speech, after = line(
+        question[loud[0] : loud[-1] + 1].tobytes(), 8000, "babble", 10, before_s=1.0, after_s=3.0
+    )
+    frames = frames_of(before + speech + after, 320)
+    ends_at = (len(before) + len(speech)) // 320  # the frame where the question ends
+
+    async def quiet_after_the_question(margin_db: float | None) -> int | None:
+        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
+        vad.set_sample_rate(8000)
+        states = await feed(vad, frames)
+        assert VADState.SPEAKING in states[:ends_at]
+        quiet = [i for i in range(ends_at, len(states)) if states[i] == VADState.QUIET]
+        return quiet[0] - ends_at if quiet else None
+
+    assert await quiet_after_the_question(None) is None
+    heard_stop = await quiet_after_the_question(6.0)
+    assert heard_stop is not None, "the gate did not hear the caller stop"
+    # The talkers go on for 3 s: the stop must be the caller's, not the end of the recording.
+    assert heard_stop * 0.02 <= 1.0, f"heard the caller stop {heard_stop * 0.02:.2f} s late"

@@ -67,6 +67,29 @@ async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
 
 
+async def test_a_question_with_people_talking_behind_the_caller_is_answered(
+    redacted_log: list[str],
+) -> None:
+    """Four talkers 10 dB below the caller, from a second before the question until the
+    answer: Silero calls them speech, so before the VAD's talker gate
+    (``turn.vad_foreground_db``) the VAD never heard the caller stop, and the question was
+    answered only once the talkers fell silent. The turn may end on either wait here (Smart
+    Turn hears the talkers too); it must end while they still talk."""
+    voxtral = RealtimePeer(model="voxtral-test", transcript="Can you call me back tomorrow?")
+    speech = trimmed(speech_at("can you call me back tomorrow", 8000, voice="piper"))
+    talk_s = ANSWER_WITHIN_S
+    before, speech, after = line(speech, 8000, "babble", 10, before_s=1.0, after_s=talk_s)
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
+            caller, ended = await call(url, app, "CABABBLELINE", speech, before=before, after=after)
+    answered = caller.first_loud(ended)
+    assert answered is not None, f"no answer within {ANSWER_WITHIN_S} s of the end of speech"
+    print(f"answered {answered - ended:.2f} s after the end of speech")
+    assert answered - ended < talk_s - 1, "answered only when the talkers behind fell silent"
+    ends = [line for line in redacted_log if "turn ends" in line]
+    assert len(ends) == 1, f"expected one turn: {ends}"
+
+
 async def test_stop_is_answered_on_the_short_wait(
     asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
