@@ -85,7 +85,9 @@ async def test_half_open_requests_are_closed_and_the_server_keeps_answering(
     ends = await asyncio.gather(
         *(asyncio.wait_for(reader.read(), 15) for reader, _ in held), return_exceptions=True
     )
-    assert all(end == b"" for end in ends), "the server closed every half-open request"
+    # Closed: an orderly end, or a reset when the server's close raced our unread bytes.
+    closed = [end == b"" or isinstance(end, ConnectionResetError) for end in ends]
+    assert all(closed), f"half-open requests left open: {[e for e in ends if e != b'']}"
     assert time.monotonic() - opened < 10
     for _, writer in held:
         writer.close()
