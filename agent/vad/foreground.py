@@ -83,11 +83,6 @@ class ForegroundTalker:
         self._background_rate = min(1.0, window_s / BACKGROUND_S)
         self._quiet_rate = min(1.0, window_s / QUIET_S)
 
-    @property
-    def level(self) -> float | None:
-        """The caller's speech level in dB (full scale), once any speech was heard."""
-        return self._level
-
     def is_caller(self, window: bytes, speech: bool) -> bool:
         """Whether a window (PCM16) is the caller's speech; ``speech``: Silero says it is
         someone's. Pass every window: the line's levels are learned from all of them."""

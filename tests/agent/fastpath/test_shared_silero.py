@@ -29,7 +29,8 @@ from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad import SileroBatcher, SileroStream
 from tests.conftest import requires_espeak
 from tests.fakes.line_noise import line
-from tests.fakes.speech import conversation, frames_of, speech_at
+from tests.fakes.paused_speech import phrase_audio
+from tests.fakes.speech import conversation, frames_of
 
 pytestmark = requires_espeak
 
@@ -249,12 +250,14 @@ async def test_with_the_talker_gate_a_quiet_line_starts_and_stops_as_stock_siler
     async def edges(margin_db: float | None) -> tuple[list[int], list[int]]:
         vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
         vad.set_sample_rate(sample_rate)
-        states = await feed(vad, frames)
-        reported = [s for s in states if s in (VADState.SPEAKING, VADState.QUIET)]
-        at = [i for i, s in enumerate(states) if s in (VADState.SPEAKING, VADState.QUIET)]
-        changes = [at[i] for i in range(1, len(reported)) if reported[i] != reported[i - 1]]
-        starts = [i for i in changes if states[i] == VADState.SPEAKING]
-        return starts, [i for i in changes if states[i] == VADState.QUIET]
+        starts: list[int] = []
+        stops: list[int] = []
+        reported = VADState.QUIET
+        for index, state in enumerate(await feed(vad, frames)):
+            if state in (VADState.SPEAKING, VADState.QUIET) and state != reported:
+                (starts if state == VADState.SPEAKING else stops).append(index)
+                reported = state
+        return starts, stops
 
     stock_starts, stock_stops = await edges(None)
     starts, stops = await edges(6.0)
@@ -267,11 +270,8 @@ async def test_with_the_talker_gate_a_quiet_line_starts_and_stops_as_stock_siler
 async def test_with_people_talking_behind_the_caller_the_gate_hears_the_caller_stop() -> None:
     """Four talkers 10 dB under a question, from a second before it to three after: Silero
     calls them speech, so without the gate the VAD never hears the caller stop."""
-    question = np.frombuffer(speech_at(QUESTION, 8000, voice="piper"), np.int16)
-    loud = np.flatnonzero(np.abs(question.astype(np.int32)) > 300)
-    before, speech, after = line(
-        question[loud[0] : loud[-1] + 1].tobytes(), 8000, "babble", 10, before_s=1.0, after_s=3.0
-    )
+    question = phrase_audio(QUESTION, 8000, voice="piper")
+    before, speech, after = line(question.tobytes(), 8000, "babble", 10, before_s=1.0, after_s=3.0)
     frames = frames_of(before + speech + after, 320)
     ends_at = (len(before) + len(speech)) // 320  # the frame where the question ends
 
