@@ -9,6 +9,7 @@ timings and orders are in ``test_turn_end_under_random_timing.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,11 +43,13 @@ class Recorder:
         self.ended: list[float] = []
         self.speech_ended_at = 0.0
         self.in_turn = False
+        self._turn_ended = asyncio.Event()
 
         @strategy.event_handler("on_user_turn_stopped")
         async def _stopped(_strategy: Any, _params: Any) -> None:
             self.ended.append(time.time())
             self.in_turn = False
+            self._turn_ended.set()
             await strategy.handle_user_turn_stopped()
 
     async def speak(self) -> None:
@@ -54,6 +57,7 @@ class Recorder:
         await self.strategy.process_frame(VADUserStartedSpeakingFrame())
         if not self.in_turn:
             self.in_turn = True
+            self._turn_ended.clear()
             await self.strategy.handle_user_turn_started()
 
     async def pause(self, heard: str | None) -> None:
@@ -78,6 +82,7 @@ class Recorder:
         final.finalized = True
         if not self.in_turn:
             self.in_turn = True
+            self._turn_ended.clear()
             await self.strategy.handle_user_turn_started()
         self.speech_ended_at = time.time()
         await self.strategy.process_frame(final)
@@ -89,6 +94,12 @@ class Recorder:
         for _ in range(round(seconds / 0.02)):
             await self.strategy.process_frame(InputAudioRawFrame(pcm, 8000, 1))
 
+    async def until_ended(self, within_s: float) -> None:
+        """Wait for the turn to end, at most ``within_s`` (a slow machine's answer, not a fixed
+        sleep: the test goes on as soon as it ends)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._turn_ended.wait(), within_s)
+
     def after_speech(self) -> float:
         assert self.ended, "the turn never ended"
         return self.ended[-1] - self.speech_ended_at
@@ -99,8 +110,9 @@ async def make() -> AsyncIterator[Any]:
     made: list[AdaptiveUserTurnStopStrategy] = []
 
     async def build(analyzer: BaseTurnAnalyzer | None = None, **options: Any) -> Recorder:
+        options.setdefault("unfinished_wait_s", WAIT_S)
         strategy = AdaptiveUserTurnStopStrategy(
-            complete_wait_s=0.0, unfinished_wait_s=WAIT_S, turn_analyzer=analyzer, **options
+            complete_wait_s=0.0, turn_analyzer=analyzer, **options
         )
         await strategy.setup(
             FrameProcessorSetup(
