@@ -48,6 +48,7 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 
 from agent.calls import Call
+from agent.stt.audio import PcmAudio, to_target
 
 FLUSH_S = 1.0
 """Audio handed to the writer thread at a time."""
@@ -211,7 +212,8 @@ class CallAudioRecorder(BaseObserver):
         if not self._rate:
             self._rate = rate
         if channels != 1 or rate != self._rate:
-            audio = _to_mono_at(audio, rate, channels, self._rate)
+            # rare: our transports run both sides at one rate
+            audio = to_target(PcmAudio(audio, rate, channels), self._rate)
         mine, other = (self._caller, self._bot) if caller else (self._bot, self._caller)
         now = time.monotonic()
         last = self._caller_at if caller else self._bot_at
@@ -262,16 +264,3 @@ class CallAudioRecorder(BaseObserver):
 def _pad_to(track: bytearray, size: int) -> None:
     if len(track) < size:
         track.extend(bytes(size - len(track)))
-
-
-def _to_mono_at(audio: bytes, rate: int, channels: int, target: int) -> bytes:
-    """A frame at another rate or channel count, as mono PCM16 at ``target`` (rare: our
-    transports run both sides at one rate)."""
-    samples = np.frombuffer(audio, "<i2")
-    if channels > 1:
-        samples = samples.reshape(-1, channels).mean(axis=1).astype("<i2")
-    if rate != target:
-        import soxr
-
-        samples = soxr.resample(samples, rate, target).astype("<i2")
-    return samples.tobytes()

@@ -3,6 +3,12 @@ the 16 kHz mono (:data:`~agent.stt.protocol.SAMPLE_RATE`) the realtime endpoint 
 
 Conversion is done once per frame, in numpy, with no work at all when the input already is
 16 kHz mono (the pipeline's own rate), so the common path costs nothing.
+
+Resampling runs in float32 and is rounded to PCM16 here: soxr dithers integer output with a
+random seed per stream, so the same call resampled twice (or beside other calls) reached the
+recognizer as different samples, and tiny.en heard "turn on the lights in the kitchen" as
+three different sentences. Rounding ourselves makes the recognizer's input a function of the
+caller's audio alone.
 """
 
 from __future__ import annotations
@@ -81,8 +87,14 @@ def resample(pcm: bytes, from_rate: int, to_rate: int = SAMPLE_RATE) -> bytes:
     """Resample a whole mono buffer (files, tests); streams use :class:`StreamConverter`."""
     if from_rate == to_rate or not pcm:
         return pcm
-    samples = np.frombuffer(pcm, "<i2")
-    return soxr.resample(samples, from_rate, to_rate, quality="HQ").astype("<i2").tobytes()
+    samples = np.frombuffer(pcm, "<i2").astype(np.float32)
+    return to_pcm16(soxr.resample(samples, from_rate, to_rate, quality="HQ"))
+
+
+def to_pcm16(samples: np.ndarray) -> bytes:
+    """Float samples on the PCM16 scale, rounded and clipped (no dither: the same audio in
+    gives the same bytes out)."""
+    return np.clip(np.rint(samples), -32768, 32767).astype("<i2").tobytes()
 
 
 def to_target(audio: PcmAudio, to_rate: int = SAMPLE_RATE) -> bytes:
@@ -111,16 +123,16 @@ class StreamConverter:
         if self._format != (sample_rate, channels) or self._stream is None:
             self._format = (sample_rate, channels)
             self._stream = soxr.ResampleStream(
-                sample_rate, self._to_rate, 1, dtype="int16", quality="HQ"
+                sample_rate, self._to_rate, 1, dtype="float32", quality="HQ"
             )
-        samples = np.frombuffer(pcm, "<i2")
-        return self._stream.resample_chunk(samples).tobytes()
+        samples = np.frombuffer(pcm, "<i2").astype(np.float32)
+        return to_pcm16(self._stream.resample_chunk(samples))
 
     def flush(self) -> bytes:
         """Drain what the resampler still holds (call at the end of the stream)."""
         if self._stream is None:
             return b""
-        tail = self._stream.resample_chunk(np.zeros(0, np.int16), last=True).tobytes()
+        tail = to_pcm16(self._stream.resample_chunk(np.zeros(0, np.float32), last=True))
         self._stream = None
         self._format = None
         return tail
