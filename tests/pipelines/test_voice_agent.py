@@ -72,7 +72,12 @@ class Call:
     async def played_out(self, since: float, *, quiet_s: float = 0.5) -> None:
         """Wait until the bot's audio since ``since`` has stopped for ``quiet_s``."""
         output = self.transport.output()
-        await self.wait_for(lambda: time.monotonic() - output.voiced_since(since)[-1].at > quiet_s)
+
+        def played_out() -> bool:
+            voiced = output.voiced_since(since)  # none yet on a loaded machine: not played out
+            return bool(voiced) and time.monotonic() - voiced[-1].at > quiet_s
+
+        await self.wait_for(played_out)
 
     async def wait_for(self, predicate: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
