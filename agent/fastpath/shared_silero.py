@@ -159,12 +159,15 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         if reset_check:
             self._maybe_reset_model(float(confidence))
         self._prev_volume = self._get_smoothed_volume(window)
-        speech = (
-            bool(confidence >= self._params.confidence)
-            and self._prev_volume >= self._params.min_volume
-        )
+        voiced = bool(confidence >= self._params.confidence)
+        speech = voiced and self._prev_volume >= self._params.min_volume
         if self._foreground is not None:
-            speech = self._foreground.is_caller(window, speech)
+            speech = self._foreground.is_caller(
+                window,
+                voiced=voiced,
+                speech=speech,
+                between_turns=self._vad_state in (VADState.QUIET, VADState.STARTING),
+            )
         self._step(speech)
 
     def _maybe_reset_model(self, confidence: float) -> None:

@@ -7,19 +7,21 @@ the turn never ends: on ``bench/turn_taking.py``'s babble lines (four talkers 20
 below the caller) no turn was answered at all. The caller is the talker closest to the
 microphone, so their speech is the loudest on the line. A speech window is refused as someone
 else's when it is more than ``margin_db`` under the caller's level, and only while the line's
-background is talkers: while most windows that far under the caller's level are speech to
-Silero (rising over ``BACKGROUND_S``, falling at once on a window Silero does not call speech).
-On a quiet line those windows are silence, on a hissing one noise, so there the gate acts at
-most at the soft, fading end of an utterance, which Silero still calls speech: it may hear a
-stop a few windows sooner, and every start is the same
-(``tests/agent/fastpath/test_shared_silero.py``).
+background is talkers.
+
+What the background is, is learned from the line while the caller is not talking (between
+turns, and under the bot's speech): the share of those windows that Silero calls speech,
+rising over ``BACKGROUND_S``. It falls at once (``QUIET_S``) on any background window Silero
+does not call speech, and on any window of a pause of the caller's that is silence or hiss.
+The caller's own speech never counts as background: a first form that learned it from the
+windows under the caller's level let the soft, fading syllables of a clean phrase switch the
+gate on and clip "table" to "thing". On a quiet or hissing line the gate never acts, so every
+start and stop is stock Silero's (``tests/agent/fastpath/test_shared_silero.py``).
 
 The caller's level is learned from the windows that pass: it rises within a fraction of a
 second (the first words on a line that already carried other talkers lift it off their level)
 and falls over two seconds. While speech is refused it sinks by ``DECAY_DB_PER_S``, so a
-caller who does get quieter (a phone moved away) is heard again within seconds. The limit of
-telling people apart by level alone: a stretch of the caller's own speech 6 dB softer than
-their level for half a second or more reads as the talkers behind.
+caller who does get quieter (a phone moved away) is heard again within seconds.
 
 Levels are the line's short-term power in dB, averaged over ``SMOOTH_S``: Pipecat's volume
 (the loudness of the last 400 ms, smoothed) lags the speech by a few hundred milliseconds, so
@@ -44,13 +46,13 @@ FALL_S = 2.0
 """The same, falling: a softer stretch of the caller's speech lowers the level slowly."""
 
 BACKGROUND_S = 0.5
-"""The time constant of the share of the background (windows well under the caller's level)
-that Silero calls speech."""
+"""The time constant of the share of the background (the line while the caller is not
+talking) that Silero calls speech."""
 
 QUIET_S = 0.1
-"""The same share falls this fast on windows Silero does not call speech: a pause of the
-caller's into silence or hiss shows at once that the background is no talker, while other
-talkers leave few such windows."""
+"""The same share falls this fast on windows Silero does not call speech: silence or hiss in
+the background, or in a pause of the caller's, shows at once that the background is no talker,
+while other talkers leave few such windows."""
 
 BACKGROUND_SPEECH = 0.5
 """The gate acts only while at least this share of the background is speech: other talkers."""
@@ -83,17 +85,26 @@ class ForegroundTalker:
         self._background_rate = min(1.0, window_s / BACKGROUND_S)
         self._quiet_rate = min(1.0, window_s / QUIET_S)
 
-    def is_caller(self, window: bytes, speech: bool) -> bool:
-        """Whether a window (PCM16) is the caller's speech; ``speech``: Silero says it is
-        someone's. Pass every window: the line's levels are learned from all of them."""
+    def is_caller(self, window: bytes, *, voiced: bool, speech: bool, between_turns: bool) -> bool:
+        """Whether a window (PCM16) is the caller's speech. Pass every window: the line's levels
+        are learned from all of them.
+
+        Args:
+            window: The window's samples.
+            voiced: Silero calls it someone's speech (its confidence alone).
+            speech: The VAD's own test passes (voiced, and loud enough).
+            between_turns: The VAD is not in a segment of the caller's speech.
+        """
         power = window_power(window)
         self._power = (
             power if self._power is None else self._power + self._smooth * (power - self._power)
         )
         db = 10.0 * math.log10(self._power + 1e-10)
-        if self._level is not None and db < self._level - self._margin:
-            rate = self._background_rate if speech else self._quiet_rate
-            self._background_speech += rate * (speech - self._background_speech)
+        if between_turns and not speech:
+            rate = self._background_rate if voiced else self._quiet_rate
+            self._background_speech += rate * (voiced - self._background_speech)
+        elif not voiced and self._level is not None and db < self._level - self._margin:
+            self._background_speech -= self._quiet_rate * self._background_speech
         if not speech:
             return False
         if self._level is None:

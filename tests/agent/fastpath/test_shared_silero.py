@@ -241,30 +241,20 @@ async def test_vad_processor_with_shared_analyzer_emits_the_stock_start_and_stop
 async def test_with_the_talker_gate_a_quiet_line_starts_and_stops_as_stock_silero(
     sample_rate: int, frame_bytes: int
 ) -> None:
-    """The gate (``foreground_margin_db``) acts where the line's background is speech. On a
-    quiet line the only place it can is the soft, fading end of an utterance, which Silero
-    still calls speech: a stop may come a few windows sooner, never later, and every start
-    is the same."""
+    """The gate (``foreground_margin_db``) acts only where the line's background, heard while
+    the caller is quiet, is speech. On a quiet line it never does: the soft, fading ends of
+    the utterances (which Silero still calls speech) are the caller's, and every start and
+    stop is stock Silero's."""
     frames = frames_of(conversation(sample_rate), frame_bytes)
 
-    async def edges(margin_db: float | None) -> tuple[list[int], list[int]]:
+    async def states(margin_db: float | None) -> list[VADState]:
         vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
         vad.set_sample_rate(sample_rate)
-        starts: list[int] = []
-        stops: list[int] = []
-        reported = VADState.QUIET
-        for index, state in enumerate(await feed(vad, frames)):
-            if state in (VADState.SPEAKING, VADState.QUIET) and state != reported:
-                (starts if state == VADState.SPEAKING else stops).append(index)
-                reported = state
-        return starts, stops
+        return await feed(vad, frames)
 
-    stock_starts, stock_stops = await edges(None)
-    starts, stops = await edges(6.0)
-    assert starts == stock_starts and len(stops) == len(stock_stops) == 3
-    frame_s = frame_bytes / 2 / sample_rate
-    for stop, stock_stop in zip(stops, stock_stops, strict=True):
-        assert 0 <= (stock_stop - stop) * frame_s <= 0.3, (stops, stock_stops)
+    stock = await states(None)
+    assert stock.count(VADState.SPEAKING) > 0
+    assert await states(6.0) == stock
 
 
 async def test_with_people_talking_behind_the_caller_the_gate_hears_the_caller_stop() -> None:
