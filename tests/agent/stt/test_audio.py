@@ -13,8 +13,7 @@ FRAME_BYTES = 320  # 20 ms at 8 kHz
 
 def converted(pcm: bytes, converter: StreamConverter) -> bytes:
     out = b"".join(
-        converter.convert(pcm[i : i + FRAME_BYTES], 8000)
-        for i in range(0, len(pcm), FRAME_BYTES)
+        converter.convert(pcm[i : i + FRAME_BYTES], 8000) for i in range(0, len(pcm), FRAME_BYTES)
     )
     return out + converter.flush()
 
