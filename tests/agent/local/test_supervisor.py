@@ -14,7 +14,9 @@ import pytest
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
 
 # A tiny HTTP server that answers 200 on /health after an optional delay, then optionally
-# exits with a given code after a while, or ignores SIGTERM.
+# exits with a given code a while after it was first found ready (counted from then, not from
+# its start: on a loaded machine the supervisor's first check may come later than that
+# while), or ignores SIGTERM.
 CHILD = textwrap.dedent(
     """
     import http.server, os, signal, sys, threading, time
@@ -23,15 +25,17 @@ CHILD = textwrap.dedent(
     if stubborn:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(delay)
+    dying = []
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200 if self.path == "/health" else 404)
             self.end_headers()
+            if die_after >= 0 and not dying:
+                dying.append(threading.Timer(die_after, lambda: os._exit(3)))
+                dying[0].start()
         def log_message(self, *args):
             pass
     server = http.server.HTTPServer(("127.0.0.1", port), Handler)
-    if die_after >= 0:
-        threading.Timer(die_after, lambda: os._exit(3)).start()
     server.serve_forever()
     """
 )
