@@ -301,15 +301,15 @@ class TurnSettings(_Section):
     )
     vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
     vad_foreground_db: float = Field(
-        default=0.0,
+        default=6.0,
         ge=0,
         le=30,
         description="On a line where other people talk behind the caller, speech more than "
         "this many dB below the caller's own level is not the caller's, so the VAD hears the "
         "caller stop (agent/vad/foreground.py); without it Silero hears the talkers and no turn "
-        "ends. Acts only while the line's background is speech to Silero; 0 (the default): off, "
-        "since it also clipped the fading end of a clean sentence in a test (6 is the measured "
-        "setting: bench/results/turn_taking_talkers.md).",
+        "ends. Acts only while the line's background, heard while the caller is quiet, is "
+        "speech to Silero: quiet and hissing lines decide as stock Silero. 0: off. See "
+        "bench/results/turn_taking_talkers.md.",
     )
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",

@@ -90,11 +90,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "smart_turn": True,
         "unfinished_wait_s": 1.3,
     },
-    "adaptive + Smart Turn, bound 1.3 s, talker gate 6 dB": {
+    "adaptive + Smart Turn, bound 1.3 s, no talker gate": {
         **_ADAPTIVE,
         "smart_turn": True,
         "unfinished_wait_s": 1.3,
-        "vad_foreground_db": 6,
+        "vad_foreground_db": 0,
     },
     "adaptive + Smart Turn decides, words veto only unfinished endings": {
         **_ADAPTIVE,

@@ -68,14 +68,13 @@ async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
 
 
 async def test_a_question_with_people_talking_behind_the_caller_is_answered(
-    redacted_log: list[str], monkeypatch: pytest.MonkeyPatch
+    redacted_log: list[str],
 ) -> None:
     """Four talkers 10 dB below the caller, from a second before the question until the
     answer: Silero calls them speech, so before the VAD's talker gate
     (``turn.vad_foreground_db``) the VAD never heard the caller stop, and the question was
     answered only once the talkers fell silent. The turn may end on either wait here (Smart
     Turn hears the talkers too); it must end while they still talk."""
-    monkeypatch.setenv("VOICE_AGENT_TURN__VAD_FOREGROUND_DB", "6")  # opt-in
     voxtral = RealtimePeer(model="voxtral-test", transcript="Can you call me back tomorrow?")
     speech = trimmed(speech_at("can you call me back tomorrow", 8000, voice="piper"))
     talk_s = ANSWER_WITHIN_S
