@@ -25,7 +25,7 @@ def test_the_same_call_converts_to_the_same_samples_beside_other_calls() -> None
     pcm = speech_at("turn on the lights in the kitchen", 8000)
     alone = converted(pcm, StreamConverter())
     converters = [StreamConverter() for _ in range(3)]
-    side_by_side = [b"", b"", b""]
+    side_by_side = [b""] * len(converters)
     for i in range(0, len(pcm), FRAME_BYTES):
         for k, converter in enumerate(converters):
             side_by_side[k] += converter.convert(pcm[i : i + FRAME_BYTES], 8000)

@@ -55,10 +55,7 @@ class Recorder:
     async def speak(self) -> None:
         """The VAD hears speech; like Pipecat's aggregator, a turn starts if none is open."""
         await self.strategy.process_frame(VADUserStartedSpeakingFrame())
-        if not self.in_turn:
-            self.in_turn = True
-            self._turn_ended.clear()
-            await self.strategy.handle_user_turn_started()
+        await self._open_turn()
 
     async def pause(self, heard: str | None) -> None:
         """The person goes quiet; the VAD says so STOP_SECS later, then the segment's
@@ -80,12 +77,16 @@ class Recorder:
         """A final transcript with no speech (Pipecat's DTMF aggregator); a turn starts on it."""
         final = TranscriptionFrame(text, "user", "now")
         final.finalized = True
+        await self._open_turn()
+        self.speech_ended_at = time.time()
+        await self.strategy.process_frame(final)
+
+    async def _open_turn(self) -> None:
+        """A user turn starts unless one is open (Pipecat's aggregator's rule)."""
         if not self.in_turn:
             self.in_turn = True
             self._turn_ended.clear()
             await self.strategy.handle_user_turn_started()
-        self.speech_ended_at = time.time()
-        await self.strategy.process_frame(final)
 
     async def hear(self, seconds: float, level: int = 0) -> None:
         """Caller audio as the STT passes it through (8 kHz, 20 ms frames, a constant

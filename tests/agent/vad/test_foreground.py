@@ -49,10 +49,15 @@ def talkers_then_the_caller(gate: ForegroundTalker) -> None:
     assert all(feed(gate, -20, 1.5, voiced=True, in_turn=True))
 
 
+def a_quiet_line_then_the_caller(gate: ForegroundTalker, caller_s: float) -> None:
+    """A second of silence, then the caller at -20 dB for ``caller_s``."""
+    feed(gate, -90, 1.0, voiced=False, in_turn=False)
+    assert all(feed(gate, -20, caller_s, voiced=True, in_turn=True))
+
+
 def test_on_a_quiet_line_every_speech_window_is_the_callers() -> None:
     gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
-    feed(gate, -90, 1.0, voiced=False, in_turn=False)
-    assert all(feed(gate, -20, 1.0, voiced=True, in_turn=True))
+    a_quiet_line_then_the_caller(gate, caller_s=1.0)
     # A soft word 20 dB under the caller's level, between pauses: still theirs.
     feed(gate, -90, 0.5, voiced=False, in_turn=True)
     assert all(feed(gate, -40, 0.25, voiced=True, in_turn=True))
@@ -63,8 +68,7 @@ def test_the_callers_own_soft_speech_never_switches_the_gate_on() -> None:
     stretch, and still theirs (a gate that learned the background from them clipped "table"
     to "thing")."""
     gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
-    feed(gate, -90, 1.0, voiced=False, in_turn=False)
-    assert all(feed(gate, -20, 0.5, voiced=True, in_turn=True))
+    a_quiet_line_then_the_caller(gate, caller_s=0.5)
     assert all(feed(gate, -30, 1.5, voiced=True, in_turn=True))
 
 
@@ -101,8 +105,7 @@ def test_talkers_heard_only_inside_the_callers_turn_are_not_refused() -> None:
     mid-turn are heard as the caller until the turn ends (the price of never mistaking the
     caller's own soft speech for them)."""
     gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
-    feed(gate, -90, 1.0, voiced=False, in_turn=False)
-    assert all(feed(gate, -20, 1.5, voiced=True, in_turn=True))
+    a_quiet_line_then_the_caller(gate, caller_s=1.5)
     assert all(feed(gate, -32, 1.0, voiced=True, in_turn=True))
 
 
