@@ -30,9 +30,14 @@ Rows are per language and line; a complete turn there is any turn the bot should
 once (question, command, answer, finished statement). The offline recognizer is English-only
 (tiny.en), so the German, French and Spanish rows test the audio decision (Smart Turn, the
 VAD) with whatever English words tiny.en makes of them; Voxtral would write their words.
+``--recognizer reference`` puts a stand-in for Voxtral in tiny.en's place
+(:mod:`tests.fakes.reference_words`: the script's own words, in every language, behind the
+realtime protocol, each final 0.3 s after the STT's final commit), so every row measures the
+turn decision with the words a multilingual recognizer gives it.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10] [--no-write]
+        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10]
+        [--recognizer tiny.en|reference] [--no-write]
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ import websockets
 from bench import machine, peers
 from tests.fakes.line_noise import NOISES, Noise, line
 from tests.fakes.paused_speech import Utterance, extended, utterances
+from tests.fakes.realtime_peer import RealtimePeer
+from tests.fakes.reference_words import ReferenceWords
 from tests.fakes.serving import background, free_port
 from tests.fakes.speech_server import SpeechServer
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
@@ -64,6 +71,9 @@ EXTENDED_MD = ROOT / "bench" / "results" / "turn_taking_extended.md"
 ANSWER_WINDOW_S = 2.0
 AFTER_S = 3.0
 """Silence the caller sends after the utterance: the answer window and a little more."""
+REFERENCE_FINAL_DELAY_S = 0.3
+"""The Voxtral stand-in's final, after the final commit (:mod:`tests.fakes.reference_words`)."""
+RECOGNIZERS = ("tiny.en", "reference")
 _SILENCE = {"end_of_turn": "silence", "smart_turn": False}
 _ADAPTIVE = {"end_of_turn": "adaptive", "vad_stop_secs": 0.2, "complete_wait_s": 0.0}
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -153,6 +163,7 @@ class Row:
     outcomes: list[Outcome] = field(default_factory=list)
     language: str = ""
     line: str = "clean"
+    recognizer: str = "tiny.en"
 
 
 Line = tuple[Noise, float] | None
@@ -173,10 +184,14 @@ def line_name(noisy: Line) -> str:
 
 
 async def play_phone(
-    base_url: str, utterance: Utterance, index: int, noisy: Line = None
+    base_url: str,
+    utterance: Utterance,
+    index: int,
+    noisy: Line = None,
+    reference: ReferenceWords | None = None,
 ) -> Outcome:
     """One Twilio call: the utterance as 8 kHz μ-law, then silence (or the line's noise
-    throughout)."""
+    throughout); ``reference`` learns when the caller spoke each phrase."""
     url = base_url.replace("http://", "ws://") + "/telephony/twilio/ws"
     pcm, end_s = utterance.audio(8000)
     lead: list[str] = [SILENCE] * int(0.6 / FRAME_S)
@@ -189,6 +204,8 @@ async def play_phone(
         await caller.start()
         await caller.send(lead)
         began = time.monotonic()
+        if reference is not None:
+            reference.play(utterance, began)
         await caller.send(payloads(to_ulaw(pcm)))
         true_end = began + end_s
         await caller.send(tail)
@@ -293,7 +310,9 @@ async def measure(name: str, settings: Any, transports: list[str]) -> list[Row]:
     return rows
 
 
-async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[Row]:
+async def measure_extended(
+    name: str, settings: Any, lines: list[Line], reference: ReferenceWords | None = None
+) -> list[Row]:
     """One server per configuration; the extended set on each line, phone calls, one row per
     language and line."""
     from loguru import logger
@@ -310,9 +329,15 @@ async def measure_extended(name: str, settings: Any, lines: list[Line]) -> list[
                 taken_waits()  # lines from the previous call's end belong to no call
                 row = by_language.setdefault(
                     utterance.language,
-                    Row(name, "phone", language=utterance.language, line=line_name(noisy)),
+                    Row(
+                        name,
+                        "phone",
+                        language=utterance.language,
+                        line=line_name(noisy),
+                        recognizer="tiny.en" if reference is None else "reference",
+                    ),
                 )
-                row.outcomes.append(await play_phone(url, utterance, index, noisy))
+                row.outcomes.append(await play_phone(url, utterance, index, noisy, reference))
             for row in by_language.values():
                 rows.append(row)
                 print(summary_extended(row), file=sys.stderr, flush=True)
@@ -338,7 +363,11 @@ def figures(row: Row) -> tuple[int, float, int, int, str]:
 
 def summary_extended(row: Row) -> str:
     false_ends, per_minute, missed, complete, latency = figures(row)
-    heard = "audio decision" if row.language != "en" else "words + audio"
+    heard = (
+        "audio decision"
+        if row.language != "en" and row.recognizer == "tiny.en"
+        else "words + audio"
+    )
     done = [o for o in row.outcomes if o.utterance.complete_question]
     short = sum(o.waits[-1:] == ("complete",) for o in done)
     return (
@@ -380,16 +409,31 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
 
 
+RECOGNIZER_NOTES = {
+    "tiny.en": "de, fr, es: the offline recognizer is English-only (tiny.en), so these rows "
+    "test the audio decision (Smart Turn, the VAD), with whatever English words tiny.en makes "
+    "of the speech.",
+    "reference": "The recognizer is a stand-in for Voxtral (`--recognizer reference`, "
+    "`tests/fakes/reference_words.py`): behind the realtime protocol it writes the script's "
+    "own words for the phrases that ended in each VAD segment, in every language, a fragment "
+    "before a pause closed with a full stop and a question with a question mark, each final "
+    f"{REFERENCE_FINAL_DELAY_S:g} s after the STT's final commit (Voxtral's 480 ms delay from "
+    "the end of speech); talkers behind the caller are never written.",
+}
+
+
 def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> str:
     minutes = {
         language: sum(u.audio(8000)[1] for u in extended() if u.language == language) / 60
         for language in dict.fromkeys(u.language for u in extended())
     }
     complete = sum(u.complete_question for u in extended())
+    recognizer = runs[0][0].recognizer if runs and runs[0] else "tiny.en"
     lines = [
         "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
         "",
-        f"`python -m bench.turn_taking --set extended --runs {len(runs)}`, "
+        f"`python -m bench.turn_taking --set extended --runs {len(runs)}"
+        f"{'' if recognizer == 'tiny.en' else ' --recognizer ' + recognizer}`, "
         f"{time.strftime('%Y-%m-%d')}, {machine.describe()}, shared with other sessions (load "
         f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), {took_s / 60:.1f} min. "
         f"{len(extended())} utterances per line ({complete} complete turns; minutes of speech: "
@@ -397,9 +441,7 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
         + "), one phone call each. A false end is an answer heard before the utterance's true "
         "end; a missed end is a complete turn with no answer heard within "
         f"{ANSWER_WINDOW_S:g} s; latency is the end of a complete turn to the first bot audio "
-        "heard. de, fr, es: the offline recognizer is English-only (tiny.en), so these rows "
-        "test the audio decision (Smart Turn, the VAD), with whatever English words tiny.en "
-        "makes of the speech.",
+        "heard. " + RECOGNIZER_NOTES[recognizer],
     ]
     for number, rows in enumerate(runs, 1):
         lines += ["", f"## Run {number}", "", *EXTENDED_HEADER, *map(summary_extended, rows)]
@@ -466,7 +508,27 @@ TEXT_MODEL: dict[str, str] = {}
 
 
 async def run(
-    args: argparse.Namespace, asr_url: str, text_model_url: str | None = None
+    args: argparse.Namespace, asr_url: str | None, text_model_url: str | None = None
+) -> list[list[Row]]:
+    """The sweep against the offline recognizer at ``asr_url``, or (``None``) against the
+    reference words."""
+    if asr_url is not None:
+        return await sweep(args, asr_url, text_model_url)
+    reference = ReferenceWords()
+    async with RealtimePeer(
+        model=None,
+        transcribe=reference.transcribe,
+        final_delay_s=REFERENCE_FINAL_DELAY_S,
+        keep_audio=False,
+    ) as peer:
+        return await sweep(args, peer.url, text_model_url, reference)
+
+
+async def sweep(
+    args: argparse.Namespace,
+    asr_url: str,
+    text_model_url: str | None = None,
+    reference: ReferenceWords | None = None,
 ) -> list[list[Row]]:
     from agent.turns.text_end_of_turn import STATS
 
@@ -481,7 +543,7 @@ async def run(
                 settings = settings_for(asr_url, tts.url, turn)
                 before = (STATS.answered, STATS.seconds, STATS.timed_out, STATS.failed)
                 if args.set == "extended":
-                    rows += await measure_extended(name, settings, args.noise)
+                    rows += await measure_extended(name, settings, args.noise, reference)
                 else:
                     rows += await measure(name, settings, args.transports)
                 if turn.get("text_model"):
@@ -519,6 +581,12 @@ def main(argv: list[str]) -> int:
         default="clean,white:20,white:10,babble:20,babble:10",
         help="the lines for --set extended: clean or white|babble:SNR_DB",
     )
+    parser.add_argument(
+        "--recognizer",
+        choices=RECOGNIZERS,
+        default="tiny.en",
+        help="the offline ASR server, or the reference words (a Voxtral stand-in; --set extended)",
+    )
     parser.add_argument("--output", type=Path, help="where to write the table")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -535,25 +603,34 @@ def main(argv: list[str]) -> int:
         parser.error(f"--transports takes a comma list of {', '.join(TRANSPORTS)}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.recognizer == "reference" and args.set != "extended":
+        parser.error("--recognizer reference plays --set extended (phone calls)")
     for utterance in extended() if args.set == "extended" else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
         if args.set == "paused":
             utterance.audio(CLIENT_RATE)
     port = free_port()
-    argv_asr = [sys.executable, "-m", "agent.cli", "asr-server", "--port", str(port)]
-    asr = subprocess.Popen(argv_asr, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    asr = None
+    if args.recognizer == "tiny.en":
+        argv_asr = [sys.executable, "-m", "agent.cli", "asr-server", "--port", str(port)]
+        asr = subprocess.Popen(
+            argv_asr, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     llm = None
     llm_url = None
     if any(CONFIGS[name].get("text_model") for name in args.configs):
         llm, llm_url = start_text_model()
     started, load_before = time.monotonic(), os.getloadavg()[0]
     try:
-        peers.wait_http(f"http://127.0.0.1:{port}/health", asr, timeout_s=120)
+        if asr is not None:
+            peers.wait_http(f"http://127.0.0.1:{port}/health", asr, timeout_s=120)
         if llm is not None:
             peers.wait_http(f"{llm_url}/models", llm, timeout_s=120)
-        runs = asyncio.run(run(args, f"ws://127.0.0.1:{port}/v1/realtime", llm_url))
+        asr_url = None if asr is None else f"ws://127.0.0.1:{port}/v1/realtime"
+        runs = asyncio.run(run(args, asr_url, llm_url))
     finally:
-        peers.stop_process(asr)
+        if asr is not None:
+            peers.stop_process(asr)
         if llm is not None:
             peers.stop_process(llm)
     took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])

@@ -13,7 +13,9 @@ from typing import Any
 from loguru import logger
 from openai import NOT_GIVEN
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.tts_service import TTSService
 
@@ -24,7 +26,9 @@ from agent.config import (
     TransferSettings,
     TranslationSettings,
     TTSSettings,
+    TurnSettings,
 )
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.llm import OfflineResponder, OpenAICompatibleLLMService, conversation_context
 from agent.llm.clients import shared_openai_client
 from agent.llm.keypresses import KeypressAggregator
@@ -34,6 +38,7 @@ from agent.llm.translation import TranslationSpec, Translator
 from agent.stt import VoxtralRealtimeSTTService, websocket_channel_factory
 from agent.stt.channels import ChannelFactory
 from agent.transports.call_control import CallControl
+from agent.transports.traits import HostsVAD
 from agent.tts import OpenAISpeechService, PiperHTTPTTSService, packaged_piper_voice
 
 SAGEMAKER_MAX_CONNECTION_AGE_S = 25 * 60
@@ -164,3 +169,22 @@ def tts_service(settings: TTSSettings) -> TTSService:
         api_key=settings.api_key,
         sample_rate=settings.sample_rate,
     )
+
+
+def vad_stages(settings: TurnSettings, transport_input: FrameProcessor) -> list[FrameProcessor]:
+    """The caller's VAD as the turn settings tune it (thresholds, timing, the talker gate),
+    hosted by ``transport_input`` where it can (no stage: one queue hop less per frame), else
+    the stage to put after it."""
+    vad = SharedSileroVADAnalyzer(
+        params=VADParams(
+            start_secs=settings.vad_start_secs,
+            stop_secs=settings.vad_stop_secs,
+            confidence=settings.vad_confidence,
+            min_volume=settings.vad_min_volume,
+        ),
+        foreground_margin_db=settings.vad_foreground_db or None,
+    )
+    if isinstance(transport_input, HostsVAD):
+        transport_input.use_vad(vad)
+        return []
+    return [VADProcessor(vad_analyzer=vad)]

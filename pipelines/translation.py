@@ -32,18 +32,15 @@ See :mod:`agent.llm.translation` for the captions' shape and how errors are repo
 
 from __future__ import annotations
 
-from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 
 from agent.config import Settings, TranslationSettings
-from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.llm.translation import TranslationProcessor
-from agent.transports.traits import HostsVAD, traits_of
-from pipelines.services import stt_service, translator, tts_service
+from agent.transports.traits import traits_of
+from pipelines.services import stt_service, translator, tts_service, vad_stages
 
 
 def build_translation_task(
@@ -76,20 +73,10 @@ def translation_worker(
     with ``speech`` (the TTS, and what goes before it) after the translator; ``about``: more
     fields for its captions."""
     traits = traits_of(transport)
-    vad = SharedSileroVADAnalyzer(
-        params=VADParams(
-            start_secs=settings.turn.vad_start_secs, stop_secs=settings.turn.vad_stop_secs
-        )
-    )
     transport_input = transport.input()
-    vad_stages: list[FrameProcessor] = []
-    if isinstance(transport_input, HostsVAD):
-        transport_input.use_vad(vad)
-    else:
-        vad_stages.append(VADProcessor(vad_analyzer=vad))
     stages: list[FrameProcessor] = [
         transport_input,
-        *vad_stages,
+        *vad_stages(settings.turn, transport_input),
         stt_service(settings.stt, enable_eager_end_of_turn=translation.interim),
         TranslationProcessor(
             translator(translation, settings.llm), speak=translation.speak, about=about

@@ -54,11 +54,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
-from pipecat.audio.vad.vad_analyzer import VADParams
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_response_universal import LLMUserAggregatorParams
-from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.processors.frameworks.rtvi import RTVIObserverParams
 from pipecat.transports.base_transport import BaseTransport
@@ -75,10 +73,9 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
 from agent.config import Settings, TurnSettings
 from agent.fastpath.inline_observers import observe_inline
-from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
-from agent.transports.traits import CarriesPhoneCall, HostsVAD, traits_of
+from agent.transports.traits import CarriesPhoneCall, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from agent.turns.caller_audio import CallerAudioFeed
 from agent.turns.text_end_of_turn import TextEndOfTurn, prompt_context
@@ -89,6 +86,7 @@ from pipelines.services import (
     llm_service,
     stt_service,
     tts_service,
+    vad_stages,
 )
 
 PRE_SPEECH_MS = 1000
@@ -133,24 +131,10 @@ def build_voice_agent_task(
         eager_answer=turn.eager_answer,
         merge_false_ends=turn.merge_false_ends,
     )
-    vad = SharedSileroVADAnalyzer(
-        params=VADParams(
-            start_secs=turn.vad_start_secs,
-            stop_secs=turn.vad_stop_secs,
-            confidence=turn.vad_confidence,
-            min_volume=turn.vad_min_volume,
-        ),
-        foreground_margin_db=turn.vad_foreground_db or None,
-    )
     transport_input = transport.input()
-    if isinstance(transport_input, HostsVAD):
-        transport_input.use_vad(vad)  # no VADProcessor stage: one queue hop less per frame
-        vad_stages: list[FrameProcessor] = []
-    else:
-        vad_stages = [VADProcessor(vad_analyzer=vad)]
     stages: list[FrameProcessor] = [
         transport_input,
-        *vad_stages,
+        *vad_stages(turn, transport_input),
         stt_service(
             settings.stt,
             audio_passthrough=turn.smart_turn and turn.end_of_turn == "silence",

@@ -51,23 +51,25 @@ WH_CONTRACTIONS = frozenset(
 PREPOSITIONS = frozenset("to of for with from in on at about by".split())
 """Words an English question may end on ("where are you from") but a statement rarely does."""
 
+CONNECTIVES = frozenset(
+    # English: conjunctions, fillers, articles, possessives, relatives
+    "and or but so because um uh er erm hmm like the a an my your our their if then that "
+    "which who when while "
+    # German
+    "und oder aber weil dass denn der die das den dem des ein eine einen einem einer äh ähm "
+    # French
+    "et ou mais parce que qui le la les un une des du au aux euh "
+    # Spanish
+    "y o pero porque el los las una del eh".split()
+)
+"""Conjunctions, fillers and articles: no turn ends on one, not even a turn of one word."""
+
 TRAILING_WORDS = (
-    frozenset(
-        # English: conjunctions, fillers, articles, possessives, relatives
-        "and or but so because um uh er erm hmm like the a an my your our their if then that "
-        "which who when while "
-        # German
-        "und oder aber weil dass denn der die das den dem des ein eine einen einem einer zu mit "
-        "für von bei äh ähm "
-        # French
-        "et ou mais parce que qui le la les un une des du au aux pour avec euh "
-        # Spanish
-        "y o pero porque el los las una del para con eh".split()
-    )
-    | PREPOSITIONS
+    CONNECTIVES | PREPOSITIONS | frozenset("zu mit für von bei pour avec para con".split())
 )
 """Words a finished sentence does not end on, in the languages the bench speaks; only a
-question mark overrides them."""
+question mark overrides them. A preposition alone is another matter: Spanish "Para." is
+"Stop.", German "Zu!" is "Shut!" (:func:`_trails`)."""
 
 IMPERATIVES = frozenset(
     "please turn switch call book cancel tell give show send check find play stop start open "
@@ -133,6 +135,14 @@ def _closed(sentence: str) -> bool:
     return bool(stripped) and stripped[-1] in SENTENCE_ENDS
 
 
+def _trails(found: list[str], sentence: str) -> bool:
+    """Whether ``found``, the last sentence's words, stop where no sentence ends: on a
+    connective, or on a preposition after other words (alone and closed, it is a command)."""
+    if len(found) == 1 and _closed(sentence):
+        return found[0] in CONNECTIVES
+    return found[-1] in TRAILING_WORDS
+
+
 def ends_unfinished(text: str) -> bool:
     """Whether the words so far stop on a word a sentence does not end on ("I would like to",
     "book a table for"), with no question mark to say otherwise."""
@@ -140,7 +150,7 @@ def ends_unfinished(text: str) -> bool:
     found = words(sentence)
     if not found:
         return True
-    return not ends_with_question_mark(sentence) and found[-1] in TRAILING_WORDS
+    return not ends_with_question_mark(sentence) and _trails(found, sentence)
 
 
 def asks_for_answer(text: str) -> bool:
@@ -153,8 +163,8 @@ def asks_for_answer(text: str) -> bool:
     if ends_with_question_mark(sentence):
         return True
     if len(words(text)) <= SHORT_TURN_WORDS and _closed(sentence):
-        # "Stop.", "Cancel it.", but not "Um." nor "Hello there."
-        return found[-1] not in TRAILING_WORDS and found[0] not in OPENERS
+        # "Stop.", "Cancel it.", "Para.", but not "Um." nor "Hello there."
+        return not _trails(found, sentence) and found[0] not in OPENERS
     while len(found) > 1 and found[0] in FILLERS:
         found = found[1:]
     question = (

@@ -23,7 +23,9 @@ gets there, so the client's reconnect finds a healthy peer:
 - ``words_from_samples=N``: a generation of fewer samples comes back with no words (a
   recognizer that cannot decode a greeting said in a breath alone);
 - ``answer_final=False``: leave final commits unanswered (a lost ``done``);
-- ``on_append``: a coroutine called after every append, for scripted replies.
+- ``on_append``: a coroutine called after every append, for scripted replies;
+- ``transcribe``: a generation's transcript from a function of it (a bench's reference words,
+  :mod:`tests.fakes.reference_words`), asked when the final commit arrives.
 
 Benches use it as an instant recognizer: ``model=None`` (any served name), a fixed
 ``transcript``, ``deltas="steps"`` or ``"appends"``, ``keep_audio=False``.
@@ -72,6 +74,8 @@ class Generation:
     samples: int = 0
     appends: int = 0
     final: bool = False
+    committed_at: float | None = None
+    """When the final commit arrived (``time.monotonic()``)."""
 
 
 AppendHook = Callable[[Send, Generation], Awaitable[None]]
@@ -95,6 +99,7 @@ class RealtimePeer:
     stall_after: int | None = None
     garbage_after: int | None = None
     on_append: AppendHook | None = None
+    transcribe: Callable[[Generation], str] | None = None
     port: int = 0
     paths: tuple[str, ...] = ("/v1/realtime",)
     """Where the socket is served; add SageMaker's ``/invocations-bidirectional-stream`` to
@@ -273,13 +278,19 @@ class _Session:
             await self.reject("empty final commit")  # crashed older vLLM engines
             return
         generation.final = True
+        generation.committed_at = time.monotonic()
         if self.peer.hold_finals is not None:
             await self.peer.hold_finals.wait()
         if self.peer.final_delay_s:
             await asyncio.sleep(self.peer.final_delay_s)
         if not self.peer.answer_final or self.stalled:
             return
-        text = self.peer.transcript if self.peer.transcript is not None else str(generation.samples)
+        if self.peer.transcribe is not None:
+            text = self.peer.transcribe(generation)
+        elif self.peer.transcript is not None:
+            text = self.peer.transcript
+        else:
+            text = str(generation.samples)
         if generation.samples < self.peer.words_from_samples:
             text = ""
         await self.send(TranscriptionDelta(""))

@@ -27,7 +27,9 @@ from agent.stt.protocol import (
     parse_server_event,
 )
 from tests.fakes.fault_proxy import FaultProxy
-from tests.fakes.realtime_peer import RealtimePeer
+from tests.fakes.paused_speech import extended
+from tests.fakes.realtime_peer import Generation, RealtimePeer
+from tests.fakes.reference_words import ReferenceWords, phrase_ends
 from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller
 
 pytestmark = pytest.mark.timeout(30)
@@ -146,6 +148,52 @@ async def test_a_stalled_peer_reads_on_and_answers_nothing() -> None:
             with pytest.raises(TimeoutError):
                 await receive(ws, timeout_s=0.3)
     assert peer.fired == {"stall"} and peer.transcripts() == []
+
+
+async def test_a_transcribing_function_writes_each_final_from_what_the_generation_heard() -> None:
+    before = time.monotonic()
+    async with RealtimePeer(
+        model=MODEL, transcribe=lambda g: f"{g.samples} at {g.committed_at}"
+    ) as peer:
+        async with await session(peer) as ws:
+            await ws.send(Commit().to_json())
+            await ws.send(encode_pcm_append(CHUNK))
+            await ws.send(Commit(final=True).to_json())
+            text = (await until_done(ws))[1].text
+    samples, _, committed_at = text.partition(" at ")
+    assert samples == "320" and before <= float(committed_at) <= time.monotonic()
+
+
+def generation_committed_at(committed_at: float) -> Generation:
+    return Generation(samples=320, final=True, committed_at=committed_at)
+
+
+def test_reference_words_write_each_phrase_once_after_its_audio_has_ended() -> None:
+    unfinished = next(u for u in extended() if (u.language, u.kind) == ("de", "unfinished"))
+    first_end, last_end = phrase_ends(unfinished)
+    assert first_end + unfinished.pauses_s[0] < last_end
+    words = ReferenceWords()
+    words.play(unfinished, began=100.0)
+
+    assert words.transcribe(generation_committed_at(100.0 + first_end - 0.01)) == ""
+    assert words.transcribe(generation_committed_at(100.0 + first_end + 0.2)) == (
+        "Ich möchte einen tisch."  # closed as a recognizer closes a fragment before a pause
+    )
+    assert words.transcribe(generation_committed_at(100.0 + first_end + 0.3)) == ""  # not twice
+    assert words.transcribe(generation_committed_at(100.0 + last_end + 0.2)) == (
+        "Für zwei personen reservieren."
+    )
+    assert words.transcribe(generation_committed_at(100.0 + last_end + 2.0)) == ""  # noise
+
+
+def test_reference_words_close_a_question_with_a_question_mark_and_forget_the_last_call() -> None:
+    question = next(u for u in extended() if (u.language, u.kind) == ("es", "question"))
+    words = ReferenceWords()
+    words.play(question, began=0.0)
+    assert words.transcribe(generation_committed_at(10.0)) == "Qué hora es?"
+    words.play(question, began=20.0)
+    assert words.transcribe(generation_committed_at(19.0)) == ""
+    assert words.transcribe(generation_committed_at(30.0)) == "Qué hora es?"
 
 
 # ----------------------------------------------------------------------------- fault proxy

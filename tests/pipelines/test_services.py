@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.processors.frame_processor import FrameProcessor
 
-from agent.config import LLMSettings, SageMakerSettings, STTSettings, TTSSettings
+from agent.config import LLMSettings, SageMakerSettings, STTSettings, TTSSettings, TurnSettings
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.llm import OfflineResponder, OpenAICompatibleLLMService
 from agent.stt import RealtimeSTTParams
 from agent.tts import OpenAISpeechService, PiperHTTPTTSService
@@ -14,6 +18,7 @@ from pipelines.services import (
     llm_service,
     stt_service,
     tts_service,
+    vad_stages,
 )
 
 
@@ -55,3 +60,32 @@ def test_sagemaker_streams_rotate_before_sagemakers_cap(
         params=RealtimeSTTParams(max_connection_age_s=configured),
     )
     assert stt_service(settings)._params.max_connection_age_s == expected
+
+
+class VADHostingInput(FrameProcessor):
+    """An input transport that runs the VAD itself, as the phone transports do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.analyzer: VADAnalyzer | None = None
+
+    def use_vad(self, analyzer: VADAnalyzer) -> None:
+        self.analyzer = analyzer
+
+
+def test_every_pipeline_gets_the_callers_vad_as_the_turn_settings_tune_it() -> None:
+    turn = TurnSettings(vad_confidence=0.55, vad_min_volume=0.35, vad_stop_secs=0.3)
+    [stage] = vad_stages(turn, FrameProcessor())
+    assert isinstance(stage, VADProcessor)
+    analyzer = stage._vad_controller._vad_analyzer
+    assert isinstance(analyzer, SharedSileroVADAnalyzer)
+    params = analyzer.params
+    assert (params.confidence, params.min_volume, params.stop_secs) == (0.55, 0.35, 0.3)
+    assert analyzer._foreground is not None  # the talker gate, on by default
+
+
+def test_a_transport_that_hosts_the_vad_gets_it_and_no_stage_and_0_db_turns_the_gate_off() -> None:
+    hosting = VADHostingInput()
+    assert vad_stages(TurnSettings(vad_foreground_db=0), hosting) == []
+    assert isinstance(hosting.analyzer, SharedSileroVADAnalyzer)
+    assert hosting.analyzer._foreground is None

@@ -36,6 +36,7 @@ from agent.turns.completeness import asks_for_answer, ends_unfinished, last_sent
         "Yes.",
         "No.",
         "Nein.",
+        "Para.",  # Spanish "Stop.": a preposition too, but alone it is the command
         "Call me.",  # short: Smart Turn hears whether it goes on
     ],
 )
@@ -54,6 +55,10 @@ def test_questions_requests_and_short_commands_ask_for_an_answer(text: str) -> N
         "Is it the one with the",
         "Can you",
         "Um.",  # a filler alone is no command
+        "Und.",  # nor a conjunction or an article
+        "The.",
+        "Para",  # nor a preposition the recognizer has not closed
+        "Reservar para.",  # and after other words a preposition is unfinished
         "Hello there.",  # nor a greeting: the question comes after it
         "Okay.",
         "Stop",  # the recognizer has not closed it
@@ -93,6 +98,8 @@ def test_no_fragment_of_the_paused_speech_set_asks_before_its_end() -> None:
         ("Wann fängt der Film an?", False),
         ("I would like to book a table.", False),
         ("Stop.", False),
+        ("Para.", False),  # "Stop." in Spanish, not "for"
+        ("Und.", True),
         ("", True),  # no words: nothing to end
     ],
 )
