@@ -304,12 +304,12 @@ class TurnSettings(_Section):
         default=6.0,
         ge=0,
         le=30,
-        description="On a line where other people talk behind the caller, speech more than "
-        "this many dB below the caller's own level is not the caller's, so the VAD hears the "
-        "caller stop (agent/vad/foreground.py); without it Silero hears the talkers and no turn "
-        "ends. Acts only while the line's background, heard while the caller is quiet, is "
-        "speech to Silero: quiet and hissing lines decide as stock Silero. 0: off. See "
-        "bench/results/turn_taking_talkers.md.",
+        description="On a line where other people talk behind the caller, speech less than "
+        "this many dB over the talkers' level and more than this many dB under the caller's own "
+        "is not the caller's, so the VAD hears the caller stop (agent/vad/foreground.py); "
+        "without it Silero hears the talkers and no turn ends. Acts only while the line's "
+        "background, heard while the caller is quiet, is speech to Silero: quiet and hissing "
+        "lines decide as stock Silero. 0: off. See bench/results/turn_taking_talkers.md.",
     )
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",

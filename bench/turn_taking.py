@@ -25,8 +25,8 @@ shared cores are noisy).
 paused English set, English short commands, answers, statements and unfinished sentences, and
 the same kinds in German, French and Spanish from espeak-ng), on each line of ``--noise``: clean,
 or white noise or babble made from the clean test speech (``tests.fakes.line_noise``) at 20
-and 10 dB below the speech, over the whole call (phone only: a noisy line is a phone line).
-Rows are per language and line; a complete turn there is any turn the bot should answer at
+and 10 dB below the speech, over the whole call (by phone: a noisy line is a phone line; the
+clean line by WebRTC too, with ``--transports``). Rows are per transport, language and line; a complete turn there is any turn the bot should answer at
 once (question, command, answer, finished statement). The offline recognizer is English-only
 (tiny.en), so the German, French and Spanish rows test the audio decision (Smart Turn, the
 VAD) with whatever English words tiny.en makes of them; Voxtral would write their words.
@@ -221,8 +221,16 @@ async def play_phone(
     )
 
 
-async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcome:
-    """One WebRTC call: the utterance at 48 kHz from an aiortc peer, then silence."""
+async def play_webrtc(
+    base_url: str,
+    utterance: Utterance,
+    index: int,
+    noisy: Line = None,
+    reference: ReferenceWords | None = None,
+) -> Outcome:
+    """One WebRTC call: the utterance at 48 kHz from an aiortc peer, then silence (a clean
+    line only: ``noisy`` must be ``None``)."""
+    assert noisy is None, "noisy lines are phone lines"
     pcm, end_s = utterance.audio(CLIENT_RATE)
     client = WebRTCClient()
     try:
@@ -237,6 +245,8 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
             raise RuntimeError("no audio from the bot 15 s after the WebRTC answer")
         await asyncio.sleep(0.6)
         began = time.monotonic()
+        if reference is not None:
+            reference.play(utterance, began)
         client.mic.say(pcm)
         true_end = began + end_s
         await asyncio.sleep(end_s + AFTER_S)
@@ -249,6 +259,7 @@ async def play_webrtc(base_url: str, utterance: Utterance, index: int) -> Outcom
         end_s,
         false_ends=answer_starts(loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
+        waits=taken_waits(),
     )
 
 
@@ -311,10 +322,14 @@ async def measure(name: str, settings: Any, transports: list[str]) -> list[Row]:
 
 
 async def measure_extended(
-    name: str, settings: Any, lines: list[Line], reference: ReferenceWords | None = None
+    name: str,
+    settings: Any,
+    lines: list[Line],
+    transports: list[str],
+    reference: ReferenceWords | None = None,
 ) -> list[Row]:
-    """One server per configuration; the extended set on each line, phone calls, one row per
-    language and line."""
+    """One server per configuration; the extended set on each line by phone, and on the clean
+    line by WebRTC; one row per transport, language and line."""
     from loguru import logger
 
     from agent.server import create_app
@@ -322,8 +337,11 @@ async def measure_extended(
     if not _SINK:  # once per process: each configuration's server logs to the same sink
         _SINK.append(logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop"))
     rows = []
+    legs = [("phone", noisy) for noisy in lines if "phone" in transports]
+    legs += [("webrtc", None) for _ in range(None in lines and "webrtc" in transports)]
     with background(create_app(settings)) as url:
-        for noisy in lines:
+        for transport, noisy in legs:
+            play = play_phone if transport == "phone" else play_webrtc
             by_language: dict[str, Row] = {}
             for index, utterance in enumerate(extended()):
                 taken_waits()  # lines from the previous call's end belong to no call
@@ -331,13 +349,13 @@ async def measure_extended(
                     utterance.language,
                     Row(
                         name,
-                        "phone",
+                        transport,
                         language=utterance.language,
                         line=line_name(noisy),
                         recognizer="tiny.en" if reference is None else "reference",
                     ),
                 )
-                row.outcomes.append(await play_phone(url, utterance, index, noisy, reference))
+                row.outcomes.append(await play(url, utterance, index, noisy, reference))
             for row in by_language.values():
                 rows.append(row)
                 print(summary_extended(row), file=sys.stderr, flush=True)
@@ -371,7 +389,8 @@ def summary_extended(row: Row) -> str:
     done = [o for o in row.outcomes if o.utterance.complete_question]
     short = sum(o.waits[-1:] == ("complete",) for o in done)
     return (
-        f"| {row.language} ({heard}) | {row.line} | {row.name} | {false_ends} | "
+        f"| {row.language} ({heard}) | {row.line}{', WebRTC' if row.transport == 'webrtc' else ''} "
+        f"| {row.name} | {false_ends} | "
         f"{per_minute:.1f} | {missed} of {complete} | {short} of {complete} | {latency} |"
     )
 
@@ -429,6 +448,7 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
     }
     complete = sum(u.complete_question for u in extended())
     recognizer = runs[0][0].recognizer if runs and runs[0] else "tiny.en"
+    webrtc = any(row.transport == "webrtc" for rows in runs for row in rows)
     lines = [
         "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
         "",
@@ -438,7 +458,9 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
         f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), {took_s / 60:.1f} min. "
         f"{len(extended())} utterances per line ({complete} complete turns; minutes of speech: "
         + ", ".join(f"{k} {v:.2f}" for k, v in minutes.items())
-        + "), one phone call each. A false end is an answer heard before the utterance's true "
+        + "), one call each: "
+        + ("by phone on every line, by WebRTC on the clean line" if webrtc else "by phone")
+        + ". A false end is an answer heard before the utterance's true "
         "end; a missed end is a complete turn with no answer heard within "
         f"{ANSWER_WINDOW_S:g} s; latency is the end of a complete turn to the first bot audio "
         "heard. " + RECOGNIZER_NOTES[recognizer],
@@ -462,7 +484,8 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
             f"{'/'.join(o.waits) or '-'}"
             for o in row.outcomes
         )
-        lines.append(f"- {row.language}, {row.line}, {row.name}: {marks}")
+        where = f"{row.line}{', WebRTC' if row.transport == 'webrtc' else ''}"
+        lines.append(f"- {row.language}, {where}, {row.name}: {marks}")
     return "\n".join(lines) + "\n"
 
 
@@ -543,7 +566,9 @@ async def sweep(
                 settings = settings_for(asr_url, tts.url, turn)
                 before = (STATS.answered, STATS.seconds, STATS.timed_out, STATS.failed)
                 if args.set == "extended":
-                    rows += await measure_extended(name, settings, args.noise, reference)
+                    rows += await measure_extended(
+                        name, settings, args.noise, args.transports, reference
+                    )
                 else:
                     rows += await measure(name, settings, args.transports)
                 if turn.get("text_model"):
@@ -607,7 +632,7 @@ def main(argv: list[str]) -> int:
         parser.error("--recognizer reference plays --set extended (phone calls)")
     for utterance in extended() if args.set == "extended" else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
-        if args.set == "paused":
+        if "webrtc" in args.transports:
             utterance.audio(CLIENT_RATE)
     port = free_port()
     asr = None

@@ -164,6 +164,7 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         if self._foreground is not None:
             speech = self._foreground.is_caller(
                 window,
+                confidence=float(confidence),
                 voiced=voiced,
                 speech=speech,
                 between_turns=self._vad_state in (VADState.QUIET, VADState.STARTING),

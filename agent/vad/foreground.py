@@ -1,27 +1,34 @@
 """Tell the caller from the talkers behind them by level: on a line whose background is other
-people talking, a window Silero calls speech counts only when it is near the caller's level.
+people talking, a window Silero calls speech counts only when it is clearly over the talkers'
+level or near the caller's own.
 
 Silero scores any human voice as speech. On a line with other people talking behind the
 caller (a café, an office, a television) it never reports the end of the caller's speech, so
 the turn never ends: on ``bench/turn_taking.py``'s babble lines (four talkers 20 or 10 dB
 below the caller) no turn was answered at all. The caller is the talker closest to the
-microphone, so their speech is the loudest on the line. A speech window is refused as someone
-else's when it is more than ``margin_db`` under the caller's level, and only while the line's
-background is talkers.
+microphone, so their speech is the loudest on the line. While the line's background is talkers,
+a speech window is the caller's only when it is at least ``margin_db`` over the talkers' level
+or within ``margin_db`` of the caller's; anything else is someone else's.
 
 What the background is, is learned from the line while the caller is not talking (between
-turns, and under the bot's speech): the share of those windows that Silero calls speech,
-rising over ``BACKGROUND_S``. It falls at once (``QUIET_S``) on any background window Silero
-does not call speech, and on any window of a pause of the caller's that is silence or hiss.
+turns, and under the bot's speech): every window there that is not the caller's (quiet,
+or refused) counts, and the share that Silero calls speech rises and falls over
+``BACKGROUND_S``. It falls at once (``QUIET_S``) on any window with no voice in it at all
+(:data:`NO_VOICE`), in the background or in a pause of the caller's: silence or hiss. The gate
+acts from a share of :data:`BACKGROUND_SPEECH` until it falls under
+:data:`BACKGROUND_SPEECH_OFF`, so the talkers' lulls do not let them in. The talkers' level is
+the average level of the voiced windows among them.
+
 The caller's own speech never counts as background: a first form that learned it from the
 windows under the caller's level let the soft, fading syllables of a clean phrase switch the
 gate on and clip "table" to "thing". On a quiet or hissing line the gate never acts, so every
 start and stop is stock Silero's (``tests/agent/fastpath/test_shared_silero.py``).
 
 The caller's level is learned from the windows that pass: it rises within a fraction of a
-second (the first words on a line that already carried other talkers lift it off their level)
-and falls over two seconds. While speech is refused it sinks by ``DECAY_DB_PER_S``, so a
-caller who does get quieter (a phone moved away) is heard again within seconds.
+second, jumps to a window more than ``margin_db`` over it (the talkers, heard before the gate
+knew them, were taken for the caller until the caller spoke), and falls over two seconds. A
+caller who gets quieter (a phone moved away) stays heard while over the talkers by the margin;
+within it, they cannot be told from them by level.
 
 Levels are the line's short-term power in dB, averaged over ``SMOOTH_S``: Pipecat's volume
 (the loudness of the last 400 ms, smoothed) lags the speech by a few hundred milliseconds, so
@@ -47,18 +54,28 @@ FALL_S = 2.0
 
 BACKGROUND_S = 0.5
 """The time constant of the share of the background (the line while the caller is not
-talking) that Silero calls speech."""
+talking) that Silero calls speech, and of the talkers' level."""
 
 QUIET_S = 0.1
-"""The same share falls this fast on windows Silero does not call speech: silence or hiss in
-the background, or in a pause of the caller's, shows at once that the background is no talker,
-while other talkers leave few such windows."""
+"""The same share falls this fast on windows with no voice at all (:data:`NO_VOICE`): silence
+or hiss in the background, or in a pause of the caller's, shows at once that the background is
+no talker, while other talkers leave almost no such windows."""
+
+NO_VOICE = 0.1
+"""Silero's confidence below which a window has no voice in it at all. Silence and hiss score
+under it (white noise at 10 and 20 dB on a phone line: 99 % of windows); four talkers 20 dB
+under the caller dip below the VAD's threshold in 8 % of windows but below this in 1 %, so a
+dip in the talkers' voices lowers the share at the slow pace only (before, each dip lowered it
+by a third, and at 20 dB the gate let the talkers back in within a second of the caller's
+end)."""
 
 BACKGROUND_SPEECH = 0.5
-"""The gate acts only while at least this share of the background is speech: other talkers."""
+"""The gate starts to act once this share of the background is speech: other talkers."""
 
-DECAY_DB_PER_S = 1.0
-"""How fast the caller's level sinks while speech is refused."""
+BACKGROUND_SPEECH_OFF = 0.25
+"""It stops acting when the share falls below this: talkers' voices have lulls where Silero
+is unsure (confidence 0.3-0.5 for half a second at 20 dB), and a gate that let them in at every
+lull restarted the VAD on them after the caller's turn."""
 
 
 class ForegroundTalker:
@@ -69,7 +86,8 @@ class ForegroundTalker:
         """Create the gate.
 
         Args:
-            margin_db: How far below the caller's level a window may be and still be theirs.
+            margin_db: How far below the caller's level a window may be and still be theirs,
+                and how far over the talkers' level a window is the caller's at any level.
             window_s: The VAD window's length (32 ms for Silero), the step of every average.
         """
         if margin_db <= 0:
@@ -78,19 +96,29 @@ class ForegroundTalker:
         self._smooth = min(1.0, window_s / SMOOTH_S)
         self._rise = min(1.0, window_s / RISE_S)
         self._fall = min(1.0, window_s / FALL_S)
-        self._decay = DECAY_DB_PER_S * window_s
         self._power: float | None = None
         self._level: float | None = None
+        self._talkers: float | None = None  # the talkers' level behind the caller (dB)
         self._background_speech = 0.0  # the share of the background Silero calls speech
+        self._talkers_behind = False
         self._background_rate = min(1.0, window_s / BACKGROUND_S)
         self._quiet_rate = min(1.0, window_s / QUIET_S)
 
-    def is_caller(self, window: bytes, *, voiced: bool, speech: bool, between_turns: bool) -> bool:
+    def is_caller(
+        self,
+        window: bytes,
+        *,
+        confidence: float,
+        voiced: bool,
+        speech: bool,
+        between_turns: bool,
+    ) -> bool:
         """Whether a window (PCM16) is the caller's speech. Pass every window: the line's levels
         are learned from all of them.
 
         Args:
             window: The window's samples.
+            confidence: Silero's speech probability for it.
             voiced: Silero calls it someone's speech (its confidence alone).
             speech: The VAD's own test passes (voiced, and loud enough).
             between_turns: The VAD is not in a segment of the caller's speech.
@@ -100,22 +128,38 @@ class ForegroundTalker:
             power if self._power is None else self._power + self._smooth * (power - self._power)
         )
         db = 10.0 * math.log10(self._power + 1e-10)
-        if between_turns and not speech:
-            rate = self._background_rate if voiced else self._quiet_rate
+        caller = speech and self._near_the_caller(db)
+        no_voice = confidence < NO_VOICE
+        if between_turns and not caller:
+            rate = self._quiet_rate if no_voice else self._background_rate
             self._background_speech += rate * (voiced - self._background_speech)
-        elif not voiced and self._level is not None and db < self._level - self._margin:
+            if voiced:
+                self._talkers = (
+                    db
+                    if self._talkers is None
+                    else self._talkers + self._background_rate * (db - self._talkers)
+                )
+        elif no_voice and self._level is not None and db < self._level - self._margin:
             self._background_speech -= self._quiet_rate * self._background_speech
-        if not speech:
-            return False
-        if self._level is None:
+        if self._background_speech >= BACKGROUND_SPEECH:
+            self._talkers_behind = True
+        elif self._background_speech < BACKGROUND_SPEECH_OFF:
+            self._talkers_behind = False
+        return caller
+
+    def _near_the_caller(self, db: float) -> bool:
+        """Whether a speech window at ``db`` is the caller's, learning their level from it."""
+        if self._talkers_behind:
+            above_talkers = self._talkers is not None and db >= self._talkers + self._margin
+            near_caller = self._level is not None and db >= self._level - self._margin
+            if not (above_talkers or near_caller):
+                return False
+        if self._level is None or db > self._level + self._margin:
             self._level = db
-            return True
-        if self._background_speech < BACKGROUND_SPEECH or db >= self._level - self._margin:
+        else:
             rate = self._rise if db > self._level else self._fall
             self._level += rate * (db - self._level)
-            return True
-        self._level -= self._decay
-        return False
+        return True
 
 
 def window_power(window: bytes) -> float:
