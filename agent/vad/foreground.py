@@ -128,7 +128,7 @@ class ForegroundTalker:
             power if self._power is None else self._power + self._smooth * (power - self._power)
         )
         db = 10.0 * math.log10(self._power + 1e-10)
-        caller = speech and self._near_the_caller(db)
+        caller = speech and self._near_the_caller(db, 10.0 * math.log10(power + 1e-10))
         no_voice = confidence < NO_VOICE
         if between_turns and not caller:
             rate = self._quiet_rate if no_voice else self._background_rate
@@ -147,10 +147,11 @@ class ForegroundTalker:
             self._talkers_behind = False
         return caller
 
-    def _near_the_caller(self, db: float) -> bool:
-        """Whether a speech window at ``db`` is the caller's, learning their level from it."""
+    def _near_the_caller(self, db: float, window_db: float) -> bool:
+        """Whether a speech window at ``db`` (the line's short-term level; ``window_db``: the
+        window's own) is the caller's, learning their level from it."""
         if self._talkers_behind:
-            above_talkers = self._talkers is not None and db >= self._talkers + self._margin
+            above_talkers = self._talkers is not None and window_db >= self._talkers + self._margin
             near_caller = self._level is not None and db >= self._level - self._margin
             if not (above_talkers or near_caller):
                 return False
