@@ -26,8 +26,9 @@ paused English set, English short commands, answers, statements and unfinished s
 the same kinds in German, French and Spanish from espeak-ng), on each line of ``--noise``: clean,
 or white noise or babble made from the clean test speech (``tests.fakes.line_noise``) at 20
 and 10 dB below the speech, over the whole call (by phone: a noisy line is a phone line; the
-clean line by WebRTC too, with ``--transports``). Rows are per transport, language and line; a complete turn there is any turn the bot should answer at
-once (question, command, answer, finished statement). The offline recognizer is English-only
+clean line by WebRTC too, with ``--transports``). Rows are per transport, language and line;
+a complete turn there is any turn the bot should answer at once (question, command, answer,
+finished statement). The offline recognizer is English-only
 (tiny.en), so the German, French and Spanish rows test the audio decision (Smart Turn, the
 VAD) with whatever English words tiny.en makes of them; Voxtral would write their words.
 ``--recognizer reference`` puts a stand-in for Voxtral in tiny.en's place

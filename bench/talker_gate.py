@@ -1,0 +1,187 @@
+"""Does the VAD hear the caller stop when other people talk behind them, and does it leave a
+quiet or hissing line alone? Offline: the product's VAD, no server, no clock.
+
+Each utterance of the extended turn-taking set (``tests.fakes.paused_speech.extended``: 32, in
+English, German, French and Spanish) is put on a phone line as ``bench/turn_taking.py`` plays
+it (0.6 s of the line before the caller, 3 s after; 8 kHz μ-law) and heard by the product's VAD
+(:class:`~agent.fastpath.shared_silero.SharedSileroVADAnalyzer` with the turn settings'
+thresholds), with the talker gate (``turn.vad_foreground_db``) and without it:
+
+- on babble (four talkers of the test speech, 20 and 10 dB under the caller, over the whole
+  call): how many utterances the VAD **hears end** (a stop after the true end, within 0.8 s,
+  and no start on the talkers in the 2 s after it, where a real call would have the bot's
+  answer interrupted or a new turn begun), how many **starts on the talkers** follow the
+  caller's end, and the stop's delay after the true end (p50 / max, of those heard end);
+- on a clean line and with white noise at 10 and 20 dB: whether the gate's VAD states equal
+  the ungated VAD's **window for window** (it must never act there).
+
+    .venv/bin/python -m bench.talker_gate [--margin DB] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+
+from agent.config import TurnSettings
+from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
+from agent.vad.batcher import SileroBatcher
+from bench import machine
+from tests.fakes.line_noise import Noise, line
+from tests.fakes.paused_speech import Utterance, extended
+from tests.fakes.twilio_caller import from_ulaw, to_ulaw
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_MD = ROOT / "bench" / "results" / "talker_gate.md"
+RATE = 8000
+BEFORE_S, AFTER_S = 0.6, 3.0
+CHUNK = 512
+"""Bytes the VAD is fed at a time: one 32 ms window at 8 kHz."""
+HEARD_WITHIN_S = 0.8
+QUIET_AFTER_S = 2.0
+
+
+@dataclass
+class Heard:
+    utterance: Utterance
+    stop_after_s: float | None
+    """The VAD's first stop at or after the true end, from it; ``None``: none."""
+    talker_starts: int
+    """Starts after that stop, within :data:`QUIET_AFTER_S` of the true end."""
+
+    @property
+    def end_heard(self) -> bool:
+        return (
+            self.stop_after_s is not None
+            and self.stop_after_s <= HEARD_WITHIN_S
+            and not self.talker_starts
+        )
+
+
+def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> bytes:
+    """The call's audio as the VAD hears it: the line, the caller, the line, through μ-law."""
+    pcm, _ = utterance.audio(RATE)
+    if noise is None:
+        silence = np.zeros(int(BEFORE_S * RATE), np.int16).tobytes()
+        audio = silence + pcm + np.zeros(int(AFTER_S * RATE), np.int16).tobytes()
+    else:
+        before, speech, after = line(
+            pcm, RATE, noise[0], noise[1], before_s=BEFORE_S, after_s=AFTER_S
+        )
+        audio = before + speech + after
+    return from_ulaw(to_ulaw(audio)).astype(np.int16).tobytes()
+
+
+async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
+    turn = TurnSettings()
+    vad = SharedSileroVADAnalyzer(
+        params=VADParams(
+            start_secs=turn.vad_start_secs,
+            stop_secs=turn.vad_stop_secs,
+            confidence=turn.vad_confidence,
+            min_volume=turn.vad_min_volume,
+        ),
+        batcher=SileroBatcher(max_delay_s=0),  # one call: score each window at once
+        foreground_margin_db=margin_db,
+    )
+    vad.set_sample_rate(RATE)
+    return [
+        await vad.analyze_audio(audio[i : i + CHUNK])
+        for i in range(0, len(audio) - CHUNK + 1, CHUNK)
+    ]
+
+
+def heard(utterance: Utterance, states: list[VADState]) -> Heard:
+    _, end_s = utterance.audio(RATE)
+    starts, stops, previous = [], [], VADState.QUIET
+    for index, state in enumerate(states):
+        at = (index + 1) * CHUNK / 2 / RATE - BEFORE_S
+        if state == VADState.SPEAKING and previous != VADState.SPEAKING:
+            starts.append(at)
+        if state == VADState.QUIET and previous in (VADState.SPEAKING, VADState.STOPPING):
+            stops.append(at)
+        previous = state
+    stop = next((s for s in stops if s >= end_s), None)
+    talkers = 0 if stop is None else sum(stop < s < end_s + QUIET_AFTER_S for s in starts)
+    return Heard(utterance, None if stop is None else stop - end_s, talkers)
+
+
+def babble_row(snr_db: float, gate: str, found: list[Heard]) -> str:
+    delays = sorted(h.stop_after_s for h in found if h.end_heard and h.stop_after_s is not None)
+    delay = (
+        f"{1000 * statistics.median(delays):.0f} / {1000 * delays[-1]:.0f} ms" if delays else "-"
+    )
+    return (
+        f"| babble {snr_db:g} dB | {gate} | {sum(h.end_heard for h in found)} of {len(found)} "
+        f"| {sum(h.talker_starts for h in found)} | {delay} |"
+    )
+
+
+async def run(margin_db: float) -> list[str]:
+    lines = [
+        "| line | talker gate | VAD hears the end | starts on the talkers after it "
+        "| stop after the end, p50 / max |",
+        "|---|---|---|---|---|",
+    ]
+    for snr in (20.0, 10.0):
+        for gate, margin in (("off", None), (f"on, {margin_db:g} dB", margin_db)):
+            found = []
+            for utterance in extended():
+                states = await vad_states(phone_line(utterance, ("babble", snr)), margin)
+                found.append(heard(utterance, states))
+            lines.append(babble_row(snr, gate, found))
+            print(lines[-1], file=sys.stderr, flush=True)
+    equal_rows = ["", "| line | gate's VAD states equal the ungated ones |", "|---|---|"]
+    for noise in (None, ("white", 10.0), ("white", 20.0)):
+        same = 0
+        for utterance in extended():
+            audio = phone_line(utterance, noise)  # type: ignore[arg-type]
+            same += await vad_states(audio, margin_db) == await vad_states(audio, None)
+        name = "clean" if noise is None else f"white {noise[1]:g} dB"
+        equal_rows.append(f"| {name} | {same} of {len(extended())} utterances |")
+        print(equal_rows[-1], file=sys.stderr, flush=True)
+    return lines + equal_rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--margin", type=float, default=TurnSettings().vad_foreground_db or 6.0)
+    parser.add_argument("--output", type=Path, help="where to write the table")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    for utterance in extended():
+        utterance.audio(RATE)  # synthesize the set first
+    started = time.monotonic()
+    rows = asyncio.run(run(args.margin))
+    report = "\n".join(
+        [
+            "# The talker gate, offline: the product's VAD on the extended set's phone lines",
+            "",
+            f"`python -m bench.talker_gate`, {time.strftime('%Y-%m-%d')}, {machine.describe()}, "
+            f"{(time.monotonic() - started) / 60:.1f} min. {len(extended())} utterances (en, "
+            "de, fr, es), each on a phone line with 0.6 s of it before the caller and 3 s "
+            "after. The VAD hears the end: a stop within "
+            f"{HEARD_WITHIN_S:g} s of the true end and no start on the talkers in the "
+            f"{QUIET_AFTER_S:g} s after it.",
+            "",
+            *rows,
+        ]
+    )
+    print(report)
+    if not args.no_write:
+        output = args.output or RESULTS_MD
+        output.write_text(report + "\n")
+        print(f"written to {output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
