@@ -4,8 +4,8 @@ quiet or hissing line alone? Offline: the product's VAD, no server, no clock.
 Each utterance of the extended turn-taking set (``tests.fakes.paused_speech.extended``: 32, in
 English, German, French and Spanish) is put on a phone line as ``bench/turn_taking.py`` plays
 it (0.6 s of the line before the caller, 3 s after; 8 kHz μ-law) and heard by the product's VAD
-(:class:`~agent.fastpath.shared_silero.SharedSileroVADAnalyzer` with the turn settings'
-thresholds), with the talker gate (``turn.vad_foreground_db``) and without it:
+(``pipelines.services.caller_vad``: the turn settings' thresholds), with the talker gate
+(``turn.vad_foreground_db``) and without it:
 
 - on babble (four talkers of the test speech, 20 and 10 dB under the caller, over the whole
   call): how many utterances the VAD **hears end** (a stop after the true end, within 0.8 s,
@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent.config import TurnSettings
-from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.vad.batcher import SileroBatcher
 from bench import machine
+from pipelines.services import caller_vad
 from tests.fakes.line_noise import Noise, line
 from tests.fakes.paused_speech import Utterance, extended
 from tests.fakes.twilio_caller import from_ulaw, to_ulaw
@@ -81,17 +81,10 @@ def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> bytes
 
 
 async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
-    turn = TurnSettings()
-    vad = SharedSileroVADAnalyzer(
-        params=VADParams(
-            start_secs=turn.vad_start_secs,
-            stop_secs=turn.vad_stop_secs,
-            confidence=turn.vad_confidence,
-            min_volume=turn.vad_min_volume,
-        ),
-        batcher=SileroBatcher(max_delay_s=0),  # one call: score each window at once
-        foreground_margin_db=margin_db,
-    )
+    """The product's VAD (the turn settings', the gate at ``margin_db`` or off) on ``audio``."""
+    turn = TurnSettings(vad_foreground_db=margin_db or 0)
+    # One call: each window scored at once, not batched with others.
+    vad = caller_vad(turn, batcher=SileroBatcher(max_delay_s=0))
     vad.set_sample_rate(RATE)
     return [
         await vad.analyze_audio(audio[i : i + CHUNK])

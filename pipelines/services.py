@@ -171,11 +171,9 @@ def tts_service(settings: TTSSettings) -> TTSService:
     )
 
 
-def vad_stages(settings: TurnSettings, transport_input: FrameProcessor) -> list[FrameProcessor]:
-    """The caller's VAD as the turn settings tune it (thresholds, timing, the talker gate),
-    hosted by ``transport_input`` where it can (no stage: one queue hop less per frame), else
-    the stage to put after it."""
-    vad = SharedSileroVADAnalyzer(
+def caller_vad(settings: TurnSettings, **options: Any) -> SharedSileroVADAnalyzer:
+    """The caller's VAD as the turn settings tune it: thresholds, timing, the talker gate."""
+    return SharedSileroVADAnalyzer(
         params=VADParams(
             start_secs=settings.vad_start_secs,
             stop_secs=settings.vad_stop_secs,
@@ -183,7 +181,14 @@ def vad_stages(settings: TurnSettings, transport_input: FrameProcessor) -> list[
             min_volume=settings.vad_min_volume,
         ),
         foreground_margin_db=settings.vad_foreground_db or None,
+        **options,
     )
+
+
+def vad_stages(settings: TurnSettings, transport_input: FrameProcessor) -> list[FrameProcessor]:
+    """The caller's VAD (:func:`caller_vad`), hosted by ``transport_input`` where it can (no
+    stage: one queue hop less per frame), else the stage to put after it."""
+    vad = caller_vad(settings)
     if isinstance(transport_input, HostsVAD):
         transport_input.use_vad(vad)
         return []
