@@ -51,7 +51,6 @@ QUIET_AFTER_S = 2.0
 
 @dataclass
 class Heard:
-    utterance: Utterance
     stop_after_s: float | None
     """The VAD's first stop at or after the true end, from it; ``None``: none."""
     talker_starts: int
@@ -66,9 +65,10 @@ class Heard:
         )
 
 
-def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> bytes:
-    """The call's audio as the VAD hears it: the line, the caller, the line, through μ-law."""
-    pcm, _ = utterance.audio(RATE)
+def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> tuple[bytes, float]:
+    """The call's audio as the VAD hears it (the line, the caller, the line, through μ-law),
+    and where the caller's turn truly ends in it, from the caller's first sample."""
+    pcm, end_s = utterance.audio(RATE)
     if noise is None:
         silence = np.zeros(int(BEFORE_S * RATE), np.int16).tobytes()
         audio = silence + pcm + np.zeros(int(AFTER_S * RATE), np.int16).tobytes()
@@ -77,7 +77,7 @@ def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> bytes
             pcm, RATE, noise[0], noise[1], before_s=BEFORE_S, after_s=AFTER_S
         )
         audio = before + speech + after
-    return from_ulaw(to_ulaw(audio)).astype(np.int16).tobytes()
+    return from_ulaw(to_ulaw(audio)).astype(np.int16).tobytes(), end_s
 
 
 async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
@@ -92,8 +92,8 @@ async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
     ]
 
 
-def heard(utterance: Utterance, states: list[VADState]) -> Heard:
-    _, end_s = utterance.audio(RATE)
+def heard(end_s: float, states: list[VADState]) -> Heard:
+    """What the VAD's ``states`` say of an utterance that truly ends at ``end_s``."""
     starts, stops, previous = [], [], VADState.QUIET
     for index, state in enumerate(states):
         at = (index + 1) * CHUNK / 2 / RATE - BEFORE_S
@@ -104,7 +104,7 @@ def heard(utterance: Utterance, states: list[VADState]) -> Heard:
         previous = state
     stop = next((s for s in stops if s >= end_s), None)
     talkers = 0 if stop is None else sum(stop < s < end_s + QUIET_AFTER_S for s in starts)
-    return Heard(utterance, None if stop is None else stop - end_s, talkers)
+    return Heard(None if stop is None else stop - end_s, talkers)
 
 
 def babble_row(snr_db: float, gate: str, found: list[Heard]) -> str:
@@ -128,15 +128,15 @@ async def run(margin_db: float) -> list[str]:
         for gate, margin in (("off", None), (f"on, {margin_db:g} dB", margin_db)):
             found = []
             for utterance in extended():
-                states = await vad_states(phone_line(utterance, ("babble", snr)), margin)
-                found.append(heard(utterance, states))
+                audio, end_s = phone_line(utterance, ("babble", snr))
+                found.append(heard(end_s, await vad_states(audio, margin)))
             lines.append(babble_row(snr, gate, found))
             print(lines[-1], file=sys.stderr, flush=True)
     equal_rows = ["", "| line | gate's VAD states equal the ungated ones |", "|---|---|"]
     for noise in (None, ("white", 10.0), ("white", 20.0)):
         same = 0
         for utterance in extended():
-            audio = phone_line(utterance, noise)  # type: ignore[arg-type]
+            audio, _ = phone_line(utterance, noise)  # type: ignore[arg-type]
             same += await vad_states(audio, margin_db) == await vad_states(audio, None)
         name = "clean" if noise is None else f"white {noise[1]:g} dB"
         equal_rows.append(f"| {name} | {same} of {len(extended())} utterances |")

@@ -338,8 +338,9 @@ async def measure_extended(
     if not _SINK:  # once per process: each configuration's server logs to the same sink
         _SINK.append(logger.add(_turn_end_sink, level="DEBUG", filter="agent.turns.adaptive_stop"))
     rows = []
-    legs = [("phone", noisy) for noisy in lines if "phone" in transports]
-    legs += [("webrtc", None) for _ in range(None in lines and "webrtc" in transports)]
+    legs: list[tuple[str, Line]] = [("phone", noisy) for noisy in lines if "phone" in transports]
+    if None in lines and "webrtc" in transports:
+        legs.append(("webrtc", None))
     with background(create_app(settings)) as url:
         for transport, noisy in legs:
             play = play_phone if transport == "phone" else play_webrtc

@@ -48,13 +48,22 @@ class Utterance:
 
     def audio(self, sample_rate: int) -> tuple[bytes, float]:
         """PCM16 mono at ``sample_rate``, and the second at which the turn really ends."""
+        audio = np.concatenate(self._parts(sample_rate))
+        return audio.tobytes(), len(audio) / sample_rate
+
+    def phrase_ends_s(self, sample_rate: int) -> list[float]:
+        """Where each phrase ends in :meth:`audio`, in seconds from its first sample."""
+        lengths = np.cumsum([len(part) for part in self._parts(sample_rate)])
+        return [float(end) / sample_rate for end in lengths[::2]]
+
+    def _parts(self, sample_rate: int) -> list[np.ndarray]:
+        """The phrases' samples with the pauses' silence between them, in order."""
         parts: list[np.ndarray] = []
         for index, phrase in enumerate(self.phrases):
             parts.append(_trimmed(phrase, sample_rate, self.voice))
             if index < len(self.pauses_s):
                 parts.append(np.zeros(int(self.pauses_s[index] * sample_rate), np.int16))
-        audio = np.concatenate(parts)
-        return audio.tobytes(), len(audio) / sample_rate
+        return parts
 
     @property
     def longest_pause_s(self) -> float:

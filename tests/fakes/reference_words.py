@@ -26,22 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.fakes.paused_speech import Utterance, phrase_audio
+from tests.fakes.paused_speech import Utterance
 from tests.fakes.realtime_peer import Generation
 
 TIMING_RATE = 8000
 """The rate the phrase lengths are read at (the phone line's; any rate gives the same times)."""
-
-
-def phrase_ends(utterance: Utterance) -> list[float]:
-    """Where each phrase of ``utterance`` ends, in seconds from its first sample."""
-    ends, at = [], 0.0
-    for index, phrase in enumerate(utterance.phrases):
-        at += len(phrase_audio(phrase, TIMING_RATE, utterance.voice)) / TIMING_RATE
-        ends.append(at)
-        if index < len(utterance.pauses_s):
-            at += utterance.pauses_s[index]
-    return ends
 
 
 def written(utterance: Utterance, first: int, last: int) -> str:
@@ -64,7 +53,7 @@ class ReferenceWords:
     def play(self, utterance: Utterance, began: float) -> None:
         """The caller starts ``utterance`` at ``began``; earlier calls' words are forgotten."""
         self.utterance = utterance
-        self.ends_at = [began + end for end in phrase_ends(utterance)]
+        self.ends_at = [began + end for end in utterance.phrase_ends_s(TIMING_RATE)]
         self.given = 0
 
     def transcribe(self, generation: Generation) -> str:

@@ -29,7 +29,7 @@ from agent.stt.protocol import (
 from tests.fakes.fault_proxy import FaultProxy
 from tests.fakes.paused_speech import extended
 from tests.fakes.realtime_peer import Generation, RealtimePeer
-from tests.fakes.reference_words import ReferenceWords, phrase_ends
+from tests.fakes.reference_words import TIMING_RATE, ReferenceWords
 from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller
 
 pytestmark = pytest.mark.timeout(30)
@@ -170,7 +170,7 @@ def generation_committed_at(committed_at: float) -> Generation:
 
 def test_reference_words_write_each_phrase_once_after_its_audio_has_ended() -> None:
     unfinished = next(u for u in extended() if (u.language, u.kind) == ("de", "unfinished"))
-    first_end, last_end = phrase_ends(unfinished)
+    first_end, last_end = unfinished.phrase_ends_s(TIMING_RATE)
     assert first_end + unfinished.pauses_s[0] < last_end
     words = ReferenceWords()
     words.play(unfinished, began=100.0)
