@@ -13,12 +13,21 @@ the synchronous ``voice_confidence`` once per window. A synchronous confidence c
 other calls' windows without parking a thread per call, so this class overrides
 ``analyze_audio`` itself: it cuts the buffer into windows on the event loop, hands them all to
 the batcher at once (one await per buffer), and as each window is scored runs the same state
-machine as ``_run_analyzer`` (per window: count
-speaking/non-speaking windows; per buffer: promote STARTING/STOPPING once the counts reach
-``start_secs``/``stop_secs``) and the same model-reset rule as ``SileroVADAnalyzer`` (every
-~2 s of audio, only when quiet after 5 windows under 0.1). The equivalence test compares the
-two frame by frame, so a change in Pipecat's logic shows up there. ``voice_confidence`` still
-works synchronously (one unbatched run on the shared session) for code that calls it directly.
+machine as ``_run_analyzer`` (count speaking/non-speaking windows, promote STARTING/STOPPING
+once the counts reach ``start_secs``/``stop_secs``) and the same model-reset rule as
+``SileroVADAnalyzer`` (every ~2 s of audio, only when quiet after 5 windows under 0.1). The
+equivalence test compares the two frame by frame, so a change in Pipecat's logic shows up
+there. ``voice_confidence`` still works synchronously (one unbatched run on the shared
+session) for code that calls it directly.
+
+One difference, on purpose: Pipecat promotes STARTING/STOPPING only at the end of a buffer,
+so when a buffer holds two windows, a start whose count is reached by the first is lost if the
+second is not speech. Phone calls hand the VAD 60 ms of audio at a time (two windows, or one,
+by where the windows fall), so whether a short word ("Oui.": 0.27 s) was heard depended on its
+phase against the frames: the same call was answered or not. Here each window is promoted the
+moment its count is reached, and a buffer reports the state it confirmed (a start followed by
+a quiet window is still a start): the decisions of a stock analyzer fed one window at a time,
+whatever the buffers. On frames of at most one window (Pipecat's 20 ms) the two are identical.
 
 Windows of one call are sequential (each needs the state the previous one left), so one call
 never has two windows in a batch, and ``analyze_audio`` calls on one analyzer are serialized
@@ -137,6 +146,7 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
                 scored += 1
                 self._advance(window, confidence)
 
+            confirmed = self._confirmed()
             try:
                 await self._batcher.score_windows(
                     self._stream, windows, self.sample_rate, on_window=advance
@@ -145,8 +155,14 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
                 logger.error(f"Error analyzing audio with shared Silero VAD: {exc}")
                 for window in windows[scored:]:  # as Pipecat does when its model fails
                     self._advance(window, np.float32(0.0), reset_check=False)
-            self._settle()
+            if self._confirmed() != confirmed:  # a start or a stop the controller must see
+                return self._confirmed()
             return self._vad_state
+
+    def _confirmed(self) -> VADState:
+        """The last state the counts confirmed: speech (SPEAKING, STOPPING) or not."""
+        speaking = self._vad_state in (VADState.SPEAKING, VADState.STOPPING)
+        return VADState.SPEAKING if speaking else VADState.QUIET
 
     def _advance(self, window: bytes, confidence: np.float32, *, reset_check: bool = True) -> None:
         """One window through the state machine, the moment its confidence is known.
@@ -170,6 +186,7 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
                 between_turns=self._vad_state in (VADState.QUIET, VADState.STARTING),
             )
         self._step(speech)
+        self._settle()
 
     def _maybe_reset_model(self, confidence: float) -> None:
         """Reset this call's model memory when due and clearly quiet (as Silero's analyzer)."""
@@ -208,7 +225,7 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
             self._vad_stopping_count += 1
 
     def _settle(self) -> None:
-        """After a buffer: confirm a start or a stop once enough windows agreed."""
+        """After a window: confirm a start or a stop once enough windows agreed."""
         if self._vad_state == VADState.STARTING:
             if self._vad_starting_count >= self._vad_start_frames:
                 self._vad_state, self._vad_starting_count = VADState.SPEAKING, 0

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from pipecat.audio.vad.silero import SileroVADAnalyzer
-from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADState
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
 from pipecat.frames.frames import (
     InputAudioRawFrame,
     VADUserStartedSpeakingFrame,
@@ -82,22 +82,14 @@ def assert_same_run(
     assert shared.resets == stock.resets
 
 
-@pytest.mark.parametrize(
-    ("sample_rate", "frame_bytes"),
-    [(16000, 640), (16000, None), (8000, 320), (8000, None)],
-    ids=["16k-20ms", "16k-ragged", "8k-20ms", "8k-ragged"],
-)
-async def test_same_decisions_as_stock_silero_frame_by_frame(
-    sample_rate: int, frame_bytes: int | None
-) -> None:
-    frames = frames_of(conversation(sample_rate), frame_bytes)
+@pytest.mark.parametrize("sample_rate", [16000, 8000])
+async def test_same_decisions_as_stock_silero_frame_by_frame(sample_rate: int) -> None:
+    """Pipecat's 20 ms frames: never two windows in one frame."""
+    frames = frames_of(conversation(sample_rate), sample_rate // 25)
     stock = StockRecorder(sample_rate=sample_rate)
     stock.set_sample_rate(sample_rate)
     stock_states = await feed(stock, frames)
-    # Ragged runs also cover the tick-level batcher (no delay window).
-    shared = SharedRecorder(
-        batcher=SileroBatcher(max_delay_s=0.0 if frame_bytes is None else 0.004)
-    )
+    shared = SharedRecorder(batcher=SileroBatcher(max_delay_s=0.004))
     shared.set_sample_rate(sample_rate)
     states = await feed(shared, frames)
 
@@ -105,6 +97,66 @@ async def test_same_decisions_as_stock_silero_frame_by_frame(
     # The audio exercises what matters: speech found and ended, and the periodic model reset.
     assert VADState.SPEAKING in states and states[-1] == VADState.QUIET
     assert stock.resets >= 2
+
+
+@pytest.mark.parametrize("sample_rate", [16000, 8000])
+@pytest.mark.parametrize("frame_bytes", [None, 960], ids=["ragged", "60ms-at-8k"])
+async def test_on_any_frames_decides_as_stock_silero_fed_window_by_window(
+    sample_rate: int, frame_bytes: int | None
+) -> None:
+    """Frames of several windows (a phone call's 60 ms, or any size): each start and stop is
+    the one stock Silero confirms fed a window at a time, reported with the frame that holds
+    its window, and not only when it falls at a frame's end. Also covers the tick-level
+    batcher (no delay window)."""
+    pcm = conversation(sample_rate)
+    window_bytes = 2 * (512 if sample_rate == 16000 else 256)
+    stock = StockRecorder(sample_rate=sample_rate)
+    stock.set_sample_rate(sample_rate)
+    stock_changes = heard_changes(await feed(stock, frames_of(pcm, window_bytes)))
+    frames = frames_of(pcm, frame_bytes)
+    shared = SharedRecorder(batcher=SileroBatcher(max_delay_s=0.0))
+    shared.set_sample_rate(sample_rate)
+    changes = heard_changes(await feed(shared, frames))
+
+    assert [state for _, state in changes] == [state for _, state in stock_changes]
+    windows_done = np.cumsum([len(frame) for frame in frames]) // window_bytes
+    for (frame, _), (window, _) in zip(changes, stock_changes, strict=True):
+        assert (windows_done[frame - 1] if frame else 0) <= window < windows_done[frame]
+    assert shared.confidences == pytest.approx(stock.confidences, abs=1e-4)
+    assert shared.resets == stock.resets >= 2
+    assert len(changes) >= 4
+
+
+async def test_a_short_word_on_a_phone_line_is_heard_wherever_the_frames_cut_it() -> None:
+    """French "Oui." (0.27 s from espeak-ng) at Pipecat's 0.2 s start, in a phone call's
+    60 ms frames: whether it was heard used to depend on where its windows fell against the
+    frames (the extended turn-taking bench's call missed it, the same word 10 ms later was
+    answered)."""
+    word = phrase_audio("oui", 8000, "espeak:fr")
+    batcher = SileroBatcher(max_delay_s=0.0)
+    missed = []
+    for lead in range(0, 480, 40):  # every phase against the frames, 5 ms apart
+        pcm = np.concatenate([np.zeros(4000 + lead, np.int16), word, np.zeros(4000, np.int16)])
+        vad = SharedSileroVADAnalyzer(
+            sample_rate=8000,
+            params=VADParams(start_secs=0.2, stop_secs=0.2, confidence=0.5, min_volume=0.4),
+            batcher=batcher,
+        )
+        vad.set_sample_rate(8000)
+        states = await feed(vad, frames_of(pcm.tobytes(), 960))
+        if [state for _, state in heard_changes(states)] != [VADState.SPEAKING, VADState.QUIET]:
+            missed.append(lead)
+    assert missed == []
+
+
+def heard_changes(states: list[VADState]) -> list[tuple[int, VADState]]:
+    """Where Pipecat's VAD controller reports a start or a stop: (frame index, new state)."""
+    heard, changes = VADState.QUIET, []
+    for index, state in enumerate(states):
+        if state in (VADState.SPEAKING, VADState.QUIET) and state != heard:
+            heard = state
+            changes.append((index, state))
+    return changes
 
 
 async def test_ten_concurrent_calls_each_decide_as_their_own_stock_run() -> None:
