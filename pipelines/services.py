@@ -171,15 +171,20 @@ def tts_service(settings: TTSSettings) -> TTSService:
     )
 
 
+def caller_vad_params(settings: TurnSettings) -> VADParams:
+    """The caller's VAD thresholds and timing while the bot is quiet."""
+    return VADParams(
+        start_secs=settings.vad_start_secs,
+        stop_secs=settings.vad_stop_secs,
+        confidence=settings.vad_confidence,
+        min_volume=settings.vad_min_volume,
+    )
+
+
 def caller_vad(settings: TurnSettings, **options: Any) -> SharedSileroVADAnalyzer:
     """The caller's VAD as the turn settings tune it: thresholds, timing, the talker gate."""
     return SharedSileroVADAnalyzer(
-        params=VADParams(
-            start_secs=settings.vad_start_secs,
-            stop_secs=settings.vad_stop_secs,
-            confidence=settings.vad_confidence,
-            min_volume=settings.vad_min_volume,
-        ),
+        params=caller_vad_params(settings),
         foreground_margin_db=settings.vad_foreground_db or None,
         **options,
     )

@@ -60,10 +60,7 @@ from pipecat.processors.aggregators.llm_response_universal import LLMUserAggrega
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.processors.frameworks.rtvi import RTVIObserverParams
 from pipecat.transports.base_transport import BaseTransport
-from pipecat.turns.user_start import (
-    TranscriptionUserTurnStartStrategy,
-    VADUserTurnStartStrategy,
-)
+from pipecat.turns.user_start import TranscriptionUserTurnStartStrategy
 from pipecat.turns.user_stop import (
     BaseUserTurnStopStrategy,
     SpeechTimeoutUserTurnStopStrategy,
@@ -77,10 +74,12 @@ from agent.fastpath.shared_smart_turn import SharedSmartTurnAnalyzer
 from agent.fastpath.tentative_answer import tentative_answer_aggregators
 from agent.transports.traits import CarriesPhoneCall, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
+from agent.turns.barge_in import BargeInUserTurnStartStrategy
 from agent.turns.caller_audio import CallerAudioFeed
 from agent.turns.text_end_of_turn import TextEndOfTurn, prompt_context
 from pipelines.services import (
     call_tools,
+    caller_vad_params,
     keypress_aggregator,
     llm_conversation,
     llm_service,
@@ -222,7 +221,12 @@ def _user_params(
     else:
         stop = SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=turn.user_speech_timeout_s)
     strategies = UserTurnStrategies(
-        start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
+        start=[
+            BargeInUserTurnStartStrategy(
+                vad_params=caller_vad_params(turn), barge_in_secs=turn.barge_in_secs
+            ),
+            TranscriptionUserTurnStartStrategy(),
+        ],
         stop=[stop],
     )
     return LLMUserAggregatorParams(
@@ -234,7 +238,7 @@ def _turn_long_smart_turn() -> SharedSmartTurnAnalyzer:
     """Smart Turn v3 (the model in Pipecat's wheel, one session for all calls) as the adaptive
     strategy's second opinion: it keeps the turn's audio after a COMPLETE verdict (the
     strategy clears it when the turn ends), and hears 1 s before the first word the VAD
-    reported instead of Pipecat's 0.5 s: Silero needs 200 ms of speech to report any, so a
+    reported instead of Pipecat's 0.5 s: Silero needs 100-200 ms of speech to report any, so a
     short "um" or "so" before a pause goes unreported, and without it "um... what was it?"
     is judged as a plain "what was it?"."""
     return SharedSmartTurnAnalyzer(

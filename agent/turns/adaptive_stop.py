@@ -47,8 +47,8 @@ transport), also in that audio, where quiet means quiet for this line: below a q
 caller's speech level and clearly above nothing but the line's own noise floor, so a steady
 hiss does not hold the turn open. On a busy server that reads audio late, a timer alone could
 fire while the words that break the quiet are still queued, and a short word the VAD let pass
-(it needs 200 ms of speech to report any) starts the quiet again. Either can hold a turn at
-most :data:`MAX_AUDIO_LAG_S` past its deadline.
+(it needs ``vad_start_secs`` of speech to report any) starts the quiet again. Either can hold
+a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
 
 Smart Turn gets the caller's audio at the pipeline's rate (a phone call's 8 kHz is resampled
 to the model's 16 kHz). It is asked only at a pause where its verdict may decide something:
@@ -100,9 +100,9 @@ VAD did not call speech) before the clock alone decides: the bound's own margin.
 
 SOUND_RATIO = 0.25
 """A frame at least this loud, relative to the caller's speech so far (-12 dB), is not quiet.
-Silero reports speech only after 200 ms of it (``vad_start_secs``), so one short word between
-two pauses ("apples... bread... milk") can pass unreported, and the two pauses would count
-as one long quiet."""
+Silero reports speech only after 100-200 ms of it (``vad_start_secs``, ``barge_in_secs``), so
+one short word between two pauses ("apples... bread... milk") can pass unreported, and the two
+pauses would count as one long quiet."""
 
 FLOOR_MARGIN = 2.0
 """A frame must be this many times the line's noise floor (+6 dB) to break the quiet: on a
