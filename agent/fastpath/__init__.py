@@ -30,6 +30,9 @@ Each replacement is here because a bench showed its cost (``bench/capacity.py``,
 - :mod:`~agent.fastpath.tentative_answer`: an answer stays tentative until heard: started on
   an eager end of turn and kept or restarted on the final transcript, and taken back with its
   turn when the user goes on before hearing it (extends ``LLMUserAggregator``'s turn hooks).
+- :mod:`~agent.fastpath.audio_jitter`: a WebRTC call's audio leaves aiortc's jitter buffer
+  when the next packet arrives, not four packets later (``RTCRtpReceiver``'s private jitter
+  buffer; ``bench/results/webrtc_jitter.md``).
 
 One more replacement lives outside this wing on purpose: the STT plugin must import nothing
 else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT transport
@@ -37,5 +40,5 @@ else of ours, so its SageMaker channel keeps its own subclass of the SDK's CRT t
 :data:`agent.stt.sagemaker.CHECKED_AGAINST`).
 """
 
-CHECKED_AGAINST = {"pipecat-ai": "1.14.0"}
+CHECKED_AGAINST = {"pipecat-ai": "1.14.0", "aiortc": "1.16.0"}
 """The distributions (and versions) whose internals this wing mirrors."""

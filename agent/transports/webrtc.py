@@ -40,6 +40,7 @@ from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 
 from agent.calls import Call, CallLimitReached, CallRegistry
 from agent.config import Settings
+from agent.fastpath.audio_jitter import release_audio_promptly
 from agent.interpreter.sessions import (
     PARTY_PARAMETER,
     SESSION_PARAMETER,
@@ -173,6 +174,7 @@ class WebRTCCalls:
 
         async def keep(connection: SmallWebRTCConnection) -> None:
             connections.append(connection)
+            release_audio_promptly(connection.pc)  # the offer is set, no media yet
 
         # this call's own peer connection gets TURN credentials of its own, fresh ones
         self._handler.update_ice_servers(
