@@ -297,8 +297,8 @@ class TurnSettings(_Section):
         gt=0,
         le=2,
         description="The unbroken speech the VAD must hear while the bot speaks before it "
-        "reports a start and so interrupts the bot: a cough or a murmur over the answer must "
-        "not cut it off (agent/turns/barge_in.py).",
+        "reports a start and so interrupts the bot (Pipecat's start time): a shorter sound "
+        "over the answer does not cut it off (agent/turns/barge_in.py).",
     )
     vad_confidence: float = Field(
         default=0.5,

@@ -1,11 +1,12 @@
 """A turn starts at a short word when the bot is quiet; over the bot, only at longer speech.
 
-One VAD start time cannot serve both moments. Between turns it should be short: "Oui." or
-"Sí." from espeak-ng on a phone line holds Silero's confidence for less than Pipecat's 0.2 s,
-so at 0.2 s the VAD never reports it and the caller is never answered (0.1 s hears all 78
-short words of ``bench/vad_sensitivity.py``, with no more false starts on noise or
-breathing). While the bot speaks, a start interrupts it, so there it should be longer: a
-cough, a click or a murmured "mm" over the answer must not cut the bot off.
+One VAD start time cannot serve both moments. Between turns it should be short: a one-word
+answer ("Oui.", "Sí." from espeak-ng on a phone line) holds Silero's confidence for about
+Pipecat's 0.2 s, so at 0.2 s the VAD reports it or not by the phase of its windows and the
+caller may never be answered (0.1 s hears all 78 short words of ``bench/vad_sensitivity.py``,
+73 at 0.2 s, with no more false starts on noise or breathing). While the bot speaks, a start
+interrupts it, so there it keeps Pipecat's 0.2 s: a shorter start would let shorter sounds over
+the answer cut the bot off.
 
 This strategy starts the turn at the VAD's start, as Pipecat's
 :class:`~pipecat.turns.user_start.VADUserTurnStartStrategy` does, and sets the VAD's start
