@@ -305,8 +305,8 @@ class TurnSettings(_Section):
         gt=0,
         lt=1,
         description="Silero's speech probability a window needs (Pipecat: 0.7). 0.5 with "
-        "vad_min_volume 0.4 hears 73 of 78 one-word commands on a phone line, 36 at Pipecat's "
-        "values, with no more false starts on noise or breathing "
+        "vad_min_volume 0.4 and vad_start_secs 0.1 hears 78 of 78 one-word commands on a phone "
+        "line, 36 at Pipecat's values, with no more false starts on noise or breathing "
         "(bench/results/vad_sensitivity.md).",
     )
     vad_min_volume: float = Field(
