@@ -37,6 +37,7 @@ from bench import machine
 from pipelines.services import caller_vad
 from tests.fakes.line_noise import Noise, line
 from tests.fakes.paused_speech import Utterance, extended
+from tests.fakes.speech import heard_changes
 from tests.fakes.twilio_caller import from_ulaw, to_ulaw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,14 +95,11 @@ async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
 
 def heard(end_s: float, states: list[VADState]) -> Heard:
     """What the VAD's ``states`` say of an utterance that truly ends at ``end_s``."""
-    starts, stops, previous = [], [], VADState.QUIET
-    for index, state in enumerate(states):
+    starts: list[float] = []
+    stops: list[float] = []
+    for index, state in heard_changes(states):
         at = (index + 1) * CHUNK / 2 / RATE - BEFORE_S
-        if state == VADState.SPEAKING and previous != VADState.SPEAKING:
-            starts.append(at)
-        if state == VADState.QUIET and previous in (VADState.SPEAKING, VADState.STOPPING):
-            stops.append(at)
-        previous = state
+        (starts if state == VADState.SPEAKING else stops).append(at)
     stop = next((s for s in stops if s >= end_s), None)
     talkers = 0 if stop is None else sum(stop < s < end_s + QUIET_AFTER_S for s in starts)
     return Heard(None if stop is None else stop - end_s, talkers)

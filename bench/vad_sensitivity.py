@@ -34,8 +34,8 @@ from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from bench import machine
 from tests.fakes.line_noise import noise
-from tests.fakes.paused_speech import TRIM_PEAK
-from tests.fakes.speech import speech_at
+from tests.fakes.paused_speech import phrase_audio
+from tests.fakes.speech import frames_of, heard_changes
 from tests.fakes.twilio_caller import from_ulaw, to_ulaw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,10 +73,7 @@ def default() -> tuple[float, float, float]:
 
 
 def espeak(word: str, language: str, speed: int) -> np.ndarray:
-    voice = f"espeak:{'en-us' if language == 'en' else language}@{speed}"
-    pcm = np.frombuffer(speech_at(word, RATE, voice=voice), np.int16)
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > TRIM_PEAK)
-    return pcm[loud[0] : loud[-1] + 1]
+    return phrase_audio(word, RATE, f"espeak:{'en-us' if language == 'en' else language}@{speed}")
 
 
 def phone(pcm: np.ndarray) -> bytes:
@@ -107,14 +104,8 @@ async def starts(pcm: bytes, params: VADParams) -> int:
     """How many times the VAD reported speech starting in ``pcm`` (fed in 20 ms frames)."""
     vad = SharedSileroVADAnalyzer(params=params)
     vad.set_sample_rate(RATE)
-    count, previous = 0, VADState.QUIET
-    for i in range(0, len(pcm), 320):
-        state = await vad.analyze_audio(pcm[i : i + 320])
-        if state == VADState.SPEAKING and previous != VADState.SPEAKING:
-            count += 1
-        if state in (VADState.SPEAKING, VADState.QUIET):
-            previous = state
-    return count
+    states = [await vad.analyze_audio(frame) for frame in frames_of(pcm, 320)]
+    return sum(state == VADState.SPEAKING for _, state in heard_changes(states))
 
 
 def clips() -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:

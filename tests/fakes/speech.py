@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent.stt.audio import PcmAudio, read_wav, resample
 
@@ -137,3 +138,16 @@ def frames_of(pcm: bytes, frame_bytes: int | None, seed: int = 0) -> list[bytes]
         frames.append(pcm[offset : offset + size])
         offset += size
     return frames
+
+
+def heard_changes(states: list[VADState]) -> list[tuple[int, VADState]]:
+    """Where Pipecat's VAD controller reports a start or a stop, given the state a VAD analyzer
+    returned for each frame: (frame index, SPEAKING or QUIET). STARTING and STOPPING change
+    nothing, so speech that resumes while a stop is being counted is no new start."""
+    heard = VADState.QUIET
+    changes: list[tuple[int, VADState]] = []
+    for index, state in enumerate(states):
+        if state in (VADState.SPEAKING, VADState.QUIET) and state != heard:
+            heard = state
+            changes.append((index, state))
+    return changes

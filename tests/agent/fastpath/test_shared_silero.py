@@ -30,7 +30,7 @@ from agent.vad import SileroBatcher, SileroStream
 from tests.conftest import requires_espeak
 from tests.fakes.line_noise import line
 from tests.fakes.paused_speech import phrase_audio
-from tests.fakes.speech import conversation, frames_of
+from tests.fakes.speech import conversation, frames_of, heard_changes
 
 pytestmark = requires_espeak
 
@@ -147,16 +147,6 @@ async def test_a_short_word_on_a_phone_line_is_heard_wherever_the_frames_cut_it(
         if [state for _, state in heard_changes(states)] != [VADState.SPEAKING, VADState.QUIET]:
             missed.append(lead)
     assert missed == []
-
-
-def heard_changes(states: list[VADState]) -> list[tuple[int, VADState]]:
-    """Where Pipecat's VAD controller reports a start or a stop: (frame index, new state)."""
-    heard, changes = VADState.QUIET, []
-    for index, state in enumerate(states):
-        if state in (VADState.SPEAKING, VADState.QUIET) and state != heard:
-            heard = state
-            changes.append((index, state))
-    return changes
 
 
 async def test_ten_concurrent_calls_each_decide_as_their_own_stock_run() -> None:
