@@ -31,7 +31,7 @@ from tests.conftest import requires_espeak
 from tests.fakes.line_noise import line
 from tests.fakes.paused_speech import TRIM_PEAK, phrase_audio
 from tests.fakes.realtime_peer import RealtimePeer
-from tests.fakes.speech import espeak_available, speech_at
+from tests.fakes.speech import speech_at
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
 
 pytestmark = [requires_espeak, pytest.mark.conversation, pytest.mark.timeout(120)]
@@ -108,15 +108,12 @@ async def test_a_french_oui_is_answered_on_the_short_wait(redacted_log: list[str
     the extended bench's call of it was never answered (the VAD never reported it at that
     call's phase against the frames; this call's phase it did hear, so the spec that fails on
     that code is ``test_shared_silero.py``'s, at every phase)."""
+    oui = phrase_audio("oui", 8000, "espeak:fr").tobytes()  # the extended set's: 0.27 s
     voxtral = RealtimePeer(model="voxtral-test", transcript="Oui.")
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CAFRENCHOUI", SHORT_OUI)
+            caller, ended = await call(url, app, "CAFRENCHOUI", oui)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
-
-
-SHORT_OUI = phrase_audio("oui", 8000, "espeak:fr").tobytes() if espeak_available() else b""
-"""The extended turn-taking set's "Oui." (``tests/fakes/paused_speech.py``): 0.27 s."""
 
 
 def trimmed(pcm: bytes) -> bytes:
