@@ -78,7 +78,7 @@ class WebRTCCalls:
         self._connect_timeout_s = connect_timeout_s
         self._keepalive_timeout_s = keepalive_timeout_s
         self._handler = SmallWebRTCRequestHandler()
-        self._calls_by_pc: dict[str, Call] = {}
+        self._live: dict[str, SmallWebRTCConnection] = {}  # pc_id → a call's connection
         self._sessions: dict[str, float] = {}  # /start session id → created (monotonic)
         self._limiter = PerSourceLimiter(
             rate_per_s=settings.server.requests_per_source_per_s,
@@ -161,8 +161,17 @@ class WebRTCCalls:
 
     async def offer(self, request: SmallWebRTCRequest) -> Any:
         """Answer an SDP offer: renegotiate a known peer, or reserve a slot and start a call."""
-        if request.pc_id and request.pc_id in self._calls_by_pc:
-            return await self._handler.handle_web_request(request, _no_new_connection)
+        pc_id = request.pc_id
+        known = self._live.get(pc_id) if pc_id else None
+        if pc_id and known is not None:
+            answer = await self._handler.handle_web_request(request, _no_new_connection)
+            # A restart (``restart_pc``) gives the call a new peer connection under a new
+            # pc_id (the answer's), and any renegotiation may add a receiver: the next offer
+            # comes under the new id, and each receiver gets its buffer before media flows.
+            release_audio_promptly(known.pc)
+            if self._live.pop(pc_id, None) is known:  # not ended meanwhile
+                self._live[known.pc_id] = known
+            return answer
         party = self._interpreted_party(request.request_data)
         try:
             call = self._registry.reserve("webrtc")
@@ -203,7 +212,7 @@ class WebRTCCalls:
             call.release()
             raise HTTPException(status_code=500, detail="no peer connection was created")
         connection = connections[0]
-        self._calls_by_pc[connection.pc_id] = call
+        self._live[connection.pc_id] = connection
         self._registry.spawn(call, self._run_call(call, connection))
         return answer
 
@@ -244,7 +253,8 @@ class WebRTCCalls:
         finally:
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
-            self._calls_by_pc.pop(connection.pc_id, None)
+            for pc_id in [key for key, live in self._live.items() if live is connection]:
+                del self._live[pc_id]
             await connection.disconnect()
 
     async def _watch(self, call: Call, connection: SmallWebRTCConnection, task: Any) -> None:
@@ -281,7 +291,7 @@ class WebRTCCalls:
     async def close(self) -> None:
         """Close every peer connection (after the registry has cancelled the calls)."""
         await self._handler.close()
-        self._calls_by_pc.clear()
+        self._live.clear()
         self._sessions.clear()
 
 

@@ -137,12 +137,17 @@ class WebRTCClient:
         path: str = "/api/offer",
         *,
         request_data: dict[str, Any] | None = None,
+        pc_id: str | None = None,
+        restart_pc: bool = False,
     ) -> httpx.Response:
         """Offer the call (``request_data``: the offer's custom data, as Pipecat's clients
-        send it)."""
+        send it), or renegotiate the call ``pc_id`` names; with ``restart_pc`` this peer
+        connection replaces that call's, as Pipecat's clients do after an ICE failure."""
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = self.pc.localDescription
         body: dict[str, Any] = {"sdp": offer.sdp, "type": offer.type}
+        if pc_id is not None:
+            body |= {"pc_id": pc_id, "restart_pc": restart_pc}
         if request_data is not None:
             body["request_data"] = request_data
         async with httpx.AsyncClient() as http:

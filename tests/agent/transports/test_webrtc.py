@@ -30,6 +30,7 @@ from tests.fakes.speech_server import SpeechServer
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
 QUESTION = "what is the weather like in paris today"
+BUFFER = "_RTCRtpReceiver__jitter_buffer"  # aiortc's (agent.fastpath.audio_jitter)
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +127,38 @@ async def test_a_client_that_vanishes_mid_sentence_releases_everything(
     await async_wait_for(
         lambda: open_sockets() <= sockets_before, timeout_s=10, what="sockets to be closed"
     )
+
+
+async def test_a_call_restarted_on_a_new_peer_connection_goes_on_and_renegotiates_again(
+    server: tuple[str, FastAPI],
+) -> None:
+    """Pipecat's clients restart a failed call on a new peer connection (``restart_pc``),
+    which the server answers under a new ``pc_id``: the same call goes on there, its audio
+    leaves the jitter buffer at once, and the next offer under the new id renegotiates it."""
+    url, app = server
+    registry = app.state.registry
+    first, restarted = WebRTCClient(), WebRTCClient()
+    try:
+        assert (await first.connect(url)).status_code == 200
+        await async_wait_for(lambda: first.frames > 0, timeout_s=15, what="the call to connect")
+        started = registry.stats.started
+        response = await restarted.connect(url, pc_id=first.pc_id, restart_pc=True)
+        assert response.status_code == 200, response.text
+        assert restarted.pc_id != first.pc_id
+        await first.close()
+        await async_wait_for(lambda: restarted.frames > 0, timeout_s=15, what="audio again")
+        assert (registry.stats.active, registry.stats.started) == (1, started)
+        restarted.mic.say(speech_at(QUESTION, CLIENT_RATE))
+        await async_wait_for(
+            lambda: restarted.loud_frames > 25, timeout_s=30, what="an answer after the restart"
+        )
+        again = await restarted.connect(url, pc_id=restarted.pc_id)
+        assert again.status_code == 200, again.text  # before: a new call, refused at the limit
+        assert (registry.stats.active, registry.stats.started) == (1, started)
+        server_pc = app.state.webrtc._live[restarted.pc_id].pc
+        receivers = [t.receiver for t in server_pc.getTransceivers() if t.kind == "audio"]
+        assert receivers and all(getattr(r, BUFFER)._prefetch == 0 for r in receivers)
+    finally:
+        await first.close()
+        await restarted.close()
+    await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
