@@ -46,17 +46,20 @@ async def serve(handler: Handler) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def stalled() -> AsyncIterator[str]:
-    """A server that accepts, reads the request and never answers."""
+    """A server that accepts, reads the request and never answers (until the test is over:
+    closing the server waits for its connections)."""
+    over = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(65536)
         try:
-            await asyncio.sleep(30)
+            await over.wait()
         finally:
             writer.close()
 
     async for url in serve(handler):
         yield url
+        over.set()
 
 
 @pytest.fixture
