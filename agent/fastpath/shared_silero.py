@@ -20,7 +20,7 @@ equivalence test compares the two frame by frame, so a change in Pipecat's logic
 there. ``voice_confidence`` still works synchronously (one unbatched run on the shared
 session) for code that calls it directly.
 
-One difference, on purpose: Pipecat promotes STARTING/STOPPING only at the end of a buffer,
+Two differences, on purpose. Pipecat promotes STARTING/STOPPING only at the end of a buffer,
 so when a buffer holds two windows, a start whose count is reached by the first is lost if the
 second is not speech. Phone calls hand the VAD 60 ms of audio at a time (two windows, or one,
 by where the windows fall), so whether a short word ("Oui.": 0.27 s) was heard depended on its
@@ -28,6 +28,8 @@ phase against the frames: the same call was answered or not. Here each window is
 moment its count is reached, and a buffer reports the state it confirmed (a start followed by
 a quiet window is still a start): the decisions of a stock analyzer fed one window at a time,
 whatever the buffers. On frames of at most one window (Pipecat's 20 ms) the two are identical.
+And new params (``set_params``) keep the caller's speech where it was, where Pipecat's start
+over from quiet: they change mid-sentence here (see :meth:`SharedSileroVADAnalyzer.set_params`).
 
 Windows of one call are sequential (each needs the state the previous one left), so one call
 never has two windows in a batch, and ``analyze_audio`` calls on one analyzer are serialized
@@ -111,6 +113,23 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
                     "set the pipeline's audio_in_sample_rate to one of them"
                 )
         super().set_sample_rate(sample_rate)
+
+    def set_params(self, params: VADParams) -> None:
+        """New thresholds and timing, as Pipecat's; but the caller's speech is where it was.
+
+        Pipecat's analyzer starts over from QUIET on new params, which is harmless between
+        turns. Ours change while the caller speaks (:mod:`agent.turns.barge_in` sets the start
+        time by the bot's state, so a barge-in that stops the bot changes it mid-sentence), and
+        from QUIET the next quiet window between two words was reported as a stop at once: the
+        sentence was cut in two. So the state and its counts carry over, and the new counts
+        apply from the next window."""
+        carried = (
+            getattr(self, "_vad_state", VADState.QUIET),
+            getattr(self, "_vad_starting_count", 0),
+            getattr(self, "_vad_stopping_count", 0),
+        )
+        super().set_params(params)
+        self._vad_state, self._vad_starting_count, self._vad_stopping_count = carried
 
     def num_frames_required(self) -> int:
         return WINDOW_SAMPLES[16000] if self.sample_rate == 16000 else WINDOW_SAMPLES[8000]

@@ -14,7 +14,10 @@ time by the bot's state, the Pipecat way: a ``VADParamsUpdateFrame`` pushed upst
 VAD (a ``VADProcessor`` or a transport that hosts it), which then counts that much speech
 before it reports any. Setting the VAD itself, not a timer here, keeps the rule "this much
 speech, unbroken" exact on a busy machine: a timer would still run on after the speech had
-ended, since the VAD reports the end only ``stop_secs`` later.
+ended, since the VAD reports the end only ``stop_secs`` later. The change often comes while the
+caller speaks (a barge-in stops the bot mid-sentence): it needs a VAD analyzer that keeps the
+caller's speech across new params (:class:`~agent.fastpath.shared_silero.SharedSileroVADAnalyzer`
+does; Pipecat's own starts over from quiet and reports a stop at the next quiet window).
 """
 
 from __future__ import annotations

@@ -320,3 +320,35 @@ async def test_with_people_talking_behind_the_caller_the_gate_hears_the_caller_s
     assert heard_stop is not None, "the gate did not hear the caller stop"
     # The talkers go on for 3 s: the stop must be the caller's, not the end of the recording.
     assert heard_stop * 0.02 <= 1.0, f"heard the caller stop {heard_stop * 0.02:.2f} s late"
+
+
+async def test_new_timing_mid_speech_keeps_the_speech_going() -> None:
+    """The bot's state sets the VAD's start time (``agent.turns.barge_in``), so new params
+    arrive while the caller speaks: when a barge-in stops the bot, or the bot starts over the
+    end of a turn. Pipecat's analyzer starts over from QUIET on new params, and the next quiet
+    window was then reported as a stop at once, cutting the caller's sentence in two (at 6 of
+    these 10 frames); here the speech goes on, and stops after ``stop_secs``, as without the
+    change."""
+    first = phrase_audio("i would like to book a table", 16000)
+    breath = np.zeros(int(0.1 * 16000), np.int16)  # well under stop_secs
+    rest = phrase_audio("for two people", 16000)
+    lead = np.zeros(8000, np.int16)
+    frames = frames_of(np.concatenate([lead, first, breath, rest, lead]).tobytes(), 640)
+    batcher = SileroBatcher(max_delay_s=0.0)
+
+    async def heard(change_at: int | None) -> list[tuple[int, VADState]]:
+        vad = SharedSileroVADAnalyzer(
+            sample_rate=16000, params=VADParams(start_secs=0.2, stop_secs=0.2), batcher=batcher
+        )
+        vad.set_sample_rate(16000)
+        states = await feed(vad, frames[:change_at])
+        if change_at is not None:
+            vad.set_params(VADParams(start_secs=0.1, stop_secs=0.2))
+            states += await feed(vad, frames[change_at:])
+        return heard_changes(states)
+
+    unchanged = await asyncio.wait_for(heard(None), HANG_GUARD_S)
+    assert [state for _, state in unchanged] == [VADState.SPEAKING, VADState.QUIET]
+    breath_at = (len(lead) + len(first)) * 2 // 640
+    for change_at in range(breath_at - 6, breath_at + 4):  # in the last word, then the breath
+        assert await asyncio.wait_for(heard(change_at), HANG_GUARD_S) == unchanged, change_at
