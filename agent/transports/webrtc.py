@@ -20,6 +20,7 @@ released either way.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -172,6 +173,11 @@ class WebRTCCalls:
             if self._live.pop(pc_id, None) is known:  # not ended meanwhile
                 self._live[known.pc_id] = known
             return answer
+        if pc_id:
+            # No live call of ours has this id (it ended, or a restart replaced it): a new
+            # call. Pipecat's handler still maps a replaced id to the call's connection, and
+            # would renegotiate that live call with this offer.
+            request = dataclasses.replace(request, pc_id=None, restart_pc=False)
         party = self._interpreted_party(request.request_data)
         try:
             call = self._registry.reserve("webrtc")

@@ -162,3 +162,41 @@ async def test_a_call_restarted_on_a_new_peer_connection_goes_on_and_renegotiate
         await first.close()
         await restarted.close()
     await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the call to end")
+
+
+async def test_an_offer_under_a_replaced_pc_id_is_a_new_call_and_leaves_the_restarted_one_alone(
+    asr_server_url: str, asr_model_name: str, tts_url: str
+) -> None:
+    """After a restart the old ``pc_id`` names no call of ours, but Pipecat's handler still
+    maps it to the restarted call's connection: an offer under it (a confused or stale client)
+    is a new call, and the restarted call goes on, still answered."""
+    settings = stack_settings(
+        asr_url=asr_server_url, asr_model=asr_model_name, tts_url=tts_url, max_calls=2
+    )
+    with running_server(settings) as (url, app):
+        registry = app.state.registry
+        first, restarted, stale = WebRTCClient(), WebRTCClient(), WebRTCClient()
+        try:
+            assert (await first.connect(url)).status_code == 200
+            await async_wait_for(lambda: first.frames > 0, timeout_s=15, what="the first call")
+            response = await restarted.connect(url, pc_id=first.pc_id, restart_pc=True)
+            assert response.status_code == 200, response.text
+            await first.close()
+            await async_wait_for(lambda: restarted.frames > 0, timeout_s=15, what="audio again")
+
+            response = await stale.connect(url, pc_id=first.pc_id)
+            assert response.status_code == 200, response.text  # before: 500
+            assert stale.pc_id not in (first.pc_id, restarted.pc_id)
+            await async_wait_for(lambda: stale.frames > 0, timeout_s=15, what="the new call")
+            assert (registry.stats.active, registry.stats.started) == (2, 2)
+
+            restarted.mic.say(speech_at(QUESTION, CLIENT_RATE))
+            await async_wait_for(
+                lambda: restarted.loud_frames > 25, timeout_s=30, what="the restarted call's answer"
+            )
+        finally:
+            for client in (first, restarted, stale):
+                await client.close()
+        await async_wait_for(
+            lambda: registry.stats.active == 0, timeout_s=15, what="the calls to end"
+        )
