@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from tests.agent.fastpath.test_audio_jitter import BUFFER
 from tests.agent.transports.stack import (
     CLIENT_RATE,
     WebRTCClient,
@@ -30,7 +31,6 @@ from tests.fakes.speech_server import SpeechServer
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
 
 QUESTION = "what is the weather like in paris today"
-BUFFER = "_RTCRtpReceiver__jitter_buffer"  # aiortc's (agent.fastpath.audio_jitter)
 
 
 @pytest.fixture(scope="module")

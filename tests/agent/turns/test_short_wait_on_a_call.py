@@ -29,9 +29,8 @@ from fastapi import FastAPI
 from tests.agent.transports.stack import async_wait_for, phone_server
 from tests.conftest import requires_espeak
 from tests.fakes.line_noise import line
-from tests.fakes.paused_speech import TRIM_PEAK, phrase_audio
+from tests.fakes.paused_speech import phrase_audio
 from tests.fakes.realtime_peer import RealtimePeer
-from tests.fakes.speech import speech_at
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, to_ulaw
 
 pytestmark = [requires_espeak, pytest.mark.conversation, pytest.mark.timeout(120)]
@@ -44,7 +43,7 @@ the turn is read from the strategy, not from the clock."""
 
 async def test_a_german_question_is_answered_on_the_short_wait(redacted_log: list[str]) -> None:
     voxtral = RealtimePeer(model="voxtral-test", transcript="Wann fängt der Film an?")
-    speech = trimmed(speech_at("wann fängt der film an", 8000, voice="espeak:de"))
+    speech = phrase_audio("wann fängt der film an", 8000, "espeak:de").tobytes()
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
             caller, ended = await call(url, app, "CADEQUESTION", speech)
@@ -60,7 +59,7 @@ async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
     noise, Smart Turn hears the end of a question through it, and the noise between words is
     this line's quiet."""
     voxtral = RealtimePeer(model="voxtral-test", transcript="Where are you from?")
-    speech = trimmed(speech_at("where are you from", 8000))
+    speech = phrase_audio("where are you from", 8000, "espeak").tobytes()
     before, speech, after = line(speech, 8000, "white", 10, before_s=1.0, after_s=10.0)
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
@@ -77,7 +76,7 @@ async def test_a_question_with_people_talking_behind_the_caller_is_answered(
     answered only once the talkers fell silent. The turn may end on either wait here (Smart
     Turn hears the talkers too); it must end while they still talk."""
     voxtral = RealtimePeer(model="voxtral-test", transcript="Can you call me back tomorrow?")
-    speech = trimmed(speech_at("can you call me back tomorrow", 8000, voice="piper"))
+    speech = phrase_audio("can you call me back tomorrow", 8000, "piper").tobytes()
     talk_s = ANSWER_WITHIN_S
     before, speech, after = line(speech, 8000, "babble", 10, before_s=1.0, after_s=talk_s)
     async with voxtral:
@@ -94,7 +93,7 @@ async def test_a_question_with_people_talking_behind_the_caller_is_answered(
 async def test_stop_is_answered_on_the_short_wait(
     asr_server_url: str, asr_model_name: str, redacted_log: list[str]
 ) -> None:
-    speech = trimmed(speech_at("stop", 8000))
+    speech = phrase_audio("stop", 8000, "espeak").tobytes()
     with phone_server(asr_server_url, asr_model_name, max_calls=2) as (url, app):
         caller, ended = await call(url, app, "CASTOPCOMMAND", speech)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
@@ -114,13 +113,6 @@ async def test_a_french_oui_is_answered_on_the_short_wait(redacted_log: list[str
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
             caller, ended = await call(url, app, "CAFRENCHOUI", oui)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
-
-
-def trimmed(pcm: bytes) -> bytes:
-    """Speech without espeak's leading and trailing silence: its end is the end of speech."""
-    samples = np.frombuffer(pcm, np.int16)
-    loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > TRIM_PEAK)
-    return samples[loud[0] : loud[-1] + 1].tobytes()
 
 
 def assert_answered_on_the_short_wait(caller: TwilioCaller, ended: float, log: list[str]) -> None:
