@@ -162,9 +162,9 @@ class WebRTCCalls:
 
     async def offer(self, request: SmallWebRTCRequest) -> Any:
         """Answer an SDP offer: renegotiate a known peer, or reserve a slot and start a call."""
-        pc_id = request.pc_id
-        known = self._live.get(pc_id) if pc_id else None
-        if pc_id and known is not None:
+        pc_id = request.pc_id or ""
+        known = self._live.get(pc_id)
+        if known is not None:
             answer = await self._handler.handle_web_request(request, _no_new_connection)
             # A restart (``restart_pc``) gives the call a new peer connection under a new
             # pc_id (the answer's), and any renegotiation may add a receiver: the next offer
