@@ -348,10 +348,10 @@ class TurnSettings(_Section):
     text_model: bool = Field(
         default=False,
         description="'adaptive' with Smart Turn: also ask a ChatML language model for p(the "
-        "user's message ends here) on the final words and the bot's last message (LiveKit's "
+        "user's sentence ends here) on the final words and the bot's last message (LiveKit's "
         "text turn detector, on the model already served: llm.kind 'local', or "
         "text_model_url). Needs nothing else; on a timeout or error the turn is decided "
-        "without it. See bench/results/turn_taking_extended.md.",
+        "without it. See bench/results/turn_taking_multilingual.md.",
     )
     text_model_url: str | None = Field(
         default=None,
@@ -366,11 +366,12 @@ class TurnSettings(_Section):
         "the short wait (a statement), unless it stops on a word like 'to'; above 1: never.",
     )
     text_unfinished_p: float = Field(
-        default=0.0,
+        default=0.1,
         ge=0,
         le=1,
-        description="text_model: a turn whose words ask for an answer (a question, a command) "
-        "still waits when p(end) is below this; 0: never.",
+        description="text_model: a turn of 3+ words that asks for an answer without a question "
+        "mark (a request, a question by its word order) still waits when p(end) is below this; "
+        "0: never.",
     )
     text_timeout_s: float = Field(
         default=0.35,

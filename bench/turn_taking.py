@@ -128,12 +128,20 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_end_p": 0.1,
         "text_unfinished_p": 0.02,
     },
-    "+ text model: asks of 3+ words wait below p(end) 0.1": {
+    "adaptive + Smart Turn + text-model veto, bound 1.3 s": {
         **_ADAPTIVE,
         "smart_turn": True,
         "unfinished_wait_s": 1.3,
         "text_model": True,
         "text_unfinished_p": 0.1,
+    },
+    "+ text model: that veto, and any turn at p(end) >= 0.3": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": 0.1,
+        "text_end_p": 0.3,
     },
 }
 """The text-model legs ask the packaged SmolLM2 behind llama.cpp's server, started once for the

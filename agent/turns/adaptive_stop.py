@@ -13,12 +13,14 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   "Stop.", an English question or request whose question mark the recognizer dropped); with
   ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
   Without Smart Turn the words alone decide, as with ``"asks"``.
-- With ``text_model`` (off by default: ``bench/results/turn_taking_extended.md``), a language
-  model's p(the message ends here) on the final words (:mod:`agent.turns.text_end_of_turn`)
-  is a third opinion when Smart Turn calls the turn complete: at least ``text_end_p`` ends any
-  turn on the short wait (a statement), below ``text_unfinished_p`` holds words that ask (of
-  three words or more). The turn waits for it at most its client's timeout; without an answer
-  the words decide, as without the model.
+- With ``text_model`` (off by default: ``bench/results/turn_taking_multilingual.md``), a
+  language model's p(the sentence ends here) on the final words
+  (:mod:`agent.turns.text_end_of_turn`) is a third opinion when Smart Turn calls the turn
+  complete: below ``text_unfinished_p`` it holds words that ask ("Book a table." goes on to
+  it), unless they are one or two words or the recognizer closed them with a question mark
+  (the model cannot read those); at least ``text_end_p`` ends any turn on the short wait (a
+  statement; off by default). The turn waits for it at most its client's timeout; without an
+  answer the words decide, as without the model.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
   too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
@@ -82,7 +84,14 @@ from pipecat.turns.types import ProcessFrameResult
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
-from agent.turns.completeness import SHORT_TURN_WORDS, asks_for_answer, ends_unfinished, words
+from agent.turns.completeness import (
+    SHORT_TURN_WORDS,
+    asks_for_answer,
+    ends_unfinished,
+    ends_with_question_mark,
+    last_sentence,
+    words,
+)
 from agent.turns.text_end_of_turn import TextEndOfTurn
 
 LATE_FINAL_S = 2.5
@@ -390,14 +399,19 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if p is None:  # no model, or it did not answer: the words decide, as without it
             return asks
         if asks:
-            return p >= self._text_unfinished_p or self._short_turn()
+            return p >= self._text_unfinished_p or self._beyond_the_veto()
         return p >= self._text_end_p and not ends_unfinished(self._text)
 
-    def _short_turn(self) -> bool:
-        """A turn of one or two words ("Yes.", "Cancel it."): too little for the text model
-        to read (with no question from the bot before it, "Yes." gets p(end) 0.001), so its
-        veto leaves such a turn to the words rule."""
-        return len(words(self._text)) <= SHORT_TURN_WORDS
+    def _beyond_the_veto(self) -> bool:
+        """A turn that asks and that the text model's veto leaves to the words:
+        - one or two words ("Yes.", "Cancel it."): too little for the model to read (with no
+          question from the bot before it, "Stop" gets p(end) 0.000, "No" 0.03);
+        - a question the recognizer closed with a question mark: it heard the question in the
+          voice, while the model reads bare words, and hardly any but English ("Wann fängt
+          der Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench)."""
+        if len(words(self._text)) <= SHORT_TURN_WORDS:
+            return True
+        return ends_with_question_mark(last_sentence(self._text))
 
     def _text_model_would_decide(self) -> bool:
         """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
@@ -409,7 +423,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
-            return self._text_unfinished_p > 0 and not self._short_turn()
+            return self._text_unfinished_p > 0 and not self._beyond_the_veto()
         return self._text_end_p <= 1 and not ends_unfinished(self._text)
 
     async def _ask_text_model(self) -> None:

@@ -1,4 +1,4 @@
-"""The probability that the user's message ends here, read from a small language model.
+"""The probability that the user's sentence ends here, read from a small language model.
 
 LiveKit's text turn detector asks a language model how likely the chat template's end-of-turn
 token is right after the user's words (with the bot's last message before them): a sentence
@@ -6,6 +6,17 @@ that goes on ("Can you tell me") makes the model expect a next word, a finished 
 of the message. The offline profile already serves a ChatML model (SmolLM2-135M-Instruct)
 with llama.cpp's OpenAI-compatible server, so this asks that server rather than loading a
 second copy of the model into every agent process.
+
+The words are given as spoken (:func:`as_spoken`: lower case, no punctuation), as LiveKit
+gives its model: a recognizer closes every fragment it hears before a pause with a full stop
+("Book a table."), and after a full stop the model reads the sentence as finished whatever its
+words. An untuned chat model has seen user messages with punctuation, so after bare words it
+puts its weight on the mark that closes the sentence rather than on ``<|im_end|>`` itself; the
+answer is therefore the probability that the next token ends the sentence: a closing mark or
+the end of the message (:data:`SENTENCE_ENDS`). On the turn-taking bench's set this tells
+"book a table" (0.03) from "book a table for two people" (0.34) and "is the store open today"
+(0.81); with the recognizer's marks kept, "Book a table." read 0.08 against the statement's
+0.007 (``bench/results/turn_taking_extended.md``).
 
 What the server gives (llama-cpp-python 0.3, read from its source and checked against the
 model's own logits): ``/v1/completions`` with ``logprobs: k`` reports the ``k`` likeliest next
@@ -15,7 +26,7 @@ the one token sampled with ``logit_bias`` (the reported logprobs are taken befor
 a sampled end-of-turn token ends the completion before any logprob is written. ``""`` among
 the likeliest tokens is then ``<|im_end|>``, the only other special token the model puts
 after a user's words being ``<|endoftext|>``, far below; absent, its probability is below
-the ``k``-th token's, which this reads as 0.
+the ``k``-th token's, which this reads as 0 (so does a closing mark below it).
 
 The answer is a hint, never a wait: the client gives up after ``timeout_s`` (the server
 answers one request at a time, and a call's answer may be streaming) and any failure reads
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -36,7 +48,13 @@ END_OF_TURN = "<|im_end|>"
 """The end of a message in the ChatML template (SmolLM2, Qwen): what the model is asked about."""
 
 TOP_LOGPROBS = 20
-"""How many likely next tokens the server reports; ``<|im_end|>`` below them reads as 0."""
+"""How many likely next tokens the server reports; an ending below them reads as 0."""
+
+SENTENCE_ENDS = ("", ".", "?", "!")
+"""The next tokens that end the user's sentence: ``<|im_end|>`` (which the server writes as
+``""``) and the closing marks. Not "...": a speaker trails off with it ("um...")."""
+
+_NOT_SPOKEN = re.compile(r"[^\w\s'-]+")
 
 MAX_BOT_CHARS = 300
 MAX_USER_CHARS = 600
@@ -58,6 +76,13 @@ class TextEndOfTurnStats:
 STATS = TextEndOfTurnStats()
 
 
+def as_spoken(text: str) -> str:
+    """``text`` as words only: lower case, marks dropped (but a word's own apostrophe or
+    hyphen), in any script; what the model is asked to continue."""
+    spoken = _NOT_SPOKEN.sub(" ", text.lower().replace("\u2019", "'"))
+    return " ".join(spoken.split())
+
+
 def chatml_prompt(
     user_text: str, bot_text: str | None = None, system_text: str | None = None
 ) -> str:
@@ -73,7 +98,8 @@ def chatml_prompt(
 
 
 class TextEndOfTurn:
-    """Asks an OpenAI-compatible completions server (llama.cpp's) for p(end of the user's turn).
+    """Asks an OpenAI-compatible completions server (llama.cpp's) for p(the user's sentence
+    ends here).
 
     One per call (its connection lives on the call's event loop); :meth:`close` it when the
     call ends.
@@ -116,14 +142,15 @@ class TextEndOfTurn:
     async def probability(
         self, user_text: str, bot_text: str | None = None, system_text: str | None = None
     ) -> float | None:
-        """p(the user's message ends after ``user_text``), or ``None`` when the server did not
+        """p(the user's sentence ends after ``user_text``), or ``None`` when the server did not
         answer in time or answered something else (logged; counted in :data:`STATS`)."""
-        if not user_text.strip():
+        spoken = as_spoken(user_text)
+        if not spoken:
             return None
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
-                p = await self._ask(chatml_prompt(user_text, bot_text, system_text))
+                p = await self._ask(chatml_prompt(spoken, bot_text, system_text))
         except TimeoutError:
             STATS.timed_out += 1
             logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used")
@@ -153,8 +180,7 @@ class TextEndOfTurn:
         top = choice["logprobs"]["top_logprobs"][0]
         if not isinstance(top, dict):
             raise ValueError(f"the server's top_logprobs are not a mapping: {top!r}")
-        logprob = top.get("")
-        return 0.0 if logprob is None else math.exp(float(logprob))
+        return min(1.0, sum(math.exp(float(top[t])) for t in SENTENCE_ENDS if t in top))
 
     async def _end_tokens_banned(self) -> dict[str, float]:
         """``logit_bias`` keeping every end-of-turn token out of the one sampled token (token

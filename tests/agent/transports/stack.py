@@ -60,11 +60,12 @@ def phone_server(
     *,
     max_calls: int,
     telnyx: dict[str, Any] | None = None,
+    turn: dict[str, Any] | None = None,
     **server: Any,
 ) -> Iterator[tuple[str, FastAPI]]:
     """The server taking phone calls (Twilio auth on, with the callers' ``TOKEN``; Telnyx on,
-    with the test account's public key and ``telnyx`` settings) against the offline ASR server
-    and an espeak speech server; ``server``: more ``server.*`` settings."""
+    with the test account's public key and ``telnyx`` settings; ``turn`` settings) against the
+    offline ASR server and an espeak speech server; ``server``: more ``server.*`` settings."""
     with SpeechServer(voice="espeak") as tts:
         settings = stack_settings(
             asr_url=asr_url, asr_model=asr_model, tts_url=tts.url, max_calls=max_calls, **server
@@ -73,6 +74,7 @@ def phone_server(
         settings.telnyx = settings.telnyx.model_copy(
             update={"public_key": TELNYX_PUBLIC_KEY, **(telnyx or {})}
         )
+        settings.turn = settings.turn.model_copy(update=turn or {})
         with running_server(settings) as running:
             yield running
 

@@ -20,6 +20,7 @@ and writes what Voxtral would ("Wann fängt der Film an?", "Where are you from?"
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -132,10 +133,11 @@ async def call(
     *,
     before: bytes | None = None,
     after: bytes | None = None,
+    speaking: Callable[[float], None] | None = None,
 ) -> tuple[TwilioCaller, float]:
     """The caller says ``speech`` (8 kHz PCM16) after ``before`` (default 0.5 s of silence),
     then sends ``after`` (default silence) until the answer starts; returns the caller and
-    when its speech ended (``time.monotonic``)."""
+    when its speech ended (``time.monotonic``). ``speaking`` is told when the speech starts."""
     lead = payloads(to_ulaw(before)) if before else [SILENCE] * int(0.5 / FRAME_S)
     tail = payloads(to_ulaw(after)) if after else []
     half_s = int(0.5 / FRAME_S)
@@ -146,6 +148,8 @@ async def call(
         await caller.start()
         await caller.send(lead)
         began = time.monotonic()
+        if speaking is not None:
+            speaking(began)
         await caller.send(payloads(to_ulaw(speech)))
         ended = began + len(np.frombuffer(speech, np.int16)) / 8000
         for index in range(ANSWER_WITHIN_S * 2):  # the line until the answer starts

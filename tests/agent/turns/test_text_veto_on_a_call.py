@@ -1,0 +1,55 @@
+"""The text model's veto on a real phone call: a request that goes on after its pause is not
+answered at the pause.
+
+"Book a table... for two": at the pause the recognizer writes "Book a table." (a full stop
+closes what it heard before the silence), a request by its words, and Smart Turn calls the
+pause complete (0.97), so without the model the bot answered at the pause in every leg of the
+extended bench. The local LLM (the offline profile's SmolLM2, ``turn.text_model`` on) reads
+"book a table" as going on (p 0.03, under ``turn.text_unfinished_p`` 0.1), so the turn waits
+and ends once "for two" has been said. The words come from the Voxtral stand-in, written as
+the turn-taking bench's reference recognizer writes them; the model and its server are real.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.config import LLMSettings
+from tests.agent.transports.stack import phone_server
+from tests.agent.turns.test_short_wait_on_a_call import ANSWER_WITHIN_S, call
+from tests.conftest import requires_espeak, requires_local_llm
+from tests.fakes.paused_speech import extended
+from tests.fakes.realtime_peer import RealtimePeer
+from tests.fakes.reference_words import ReferenceWords
+
+pytestmark = [requires_espeak, requires_local_llm, pytest.mark.timeout(120)]
+
+MODEL_TIMEOUT_S = 1.0
+"""How long the turn waits for the model here: the time it takes is the bench's to measure
+(191 ms on average, warm), not a loaded test machine's to decide."""
+
+
+async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
+    local_llm: LLMSettings, redacted_log: list[str]
+) -> None:
+    utterance = next(u for u in extended() if u.phrases == ("book a table", "for two"))
+    speech, _ = utterance.audio(8000)
+    words = ReferenceWords()
+    voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
+    turn = {
+        "text_model": True,
+        "text_model_url": local_llm.base_url,
+        "text_timeout_s": MODEL_TIMEOUT_S,
+    }
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2, turn=turn) as (url, app):
+            caller, ended = await call(
+                url, app, "CABOOKATABLE", speech, speaking=lambda at: words.play(utterance, at)
+            )
+    began = ended - len(speech) / 2 / 8000
+    answered = caller.first_loud(began)
+    assert answered is not None, f"no answer within {ANSWER_WITHIN_S} s of the end of speech"
+    assert answered > ended, f"answered at the pause, {answered - began:.2f} s into the turn"
+    ends = [line for line in redacted_log if "turn ends" in line]
+    assert len(ends) == 1, f"expected one turn: {ends}"
+    assert app.state.registry.recent()[-1].user_transcript == ["Book a table.", "For two."]
