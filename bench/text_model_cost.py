@@ -1,0 +1,177 @@
+"""What the text end-of-turn model costs the answers of the local LLM it shares a server with.
+
+The offline profile asks its one llama.cpp server (SmolLM2 behind llama-cpp-python) both for
+the answers and, with ``turn.text_model`` on, for p(the user's sentence ends here)
+(:mod:`agent.turns.text_end_of_turn`). The server keeps the last prompt it read and reads a new
+one only past the part they share; an answer's prompt is the whole conversation, the model's
+question only the bot's last message and the user's words. So after a question to the model the
+next answer may read the whole conversation again.
+
+For each server setting (as the product starts it; and with llama-cpp-python's RAM prompt
+cache, ``--cache``, which keeps earlier prompts' states), a six-turn conversation is played
+twice: answers only, and with the product's client asking the model about the user's words
+before each answer. Per turn: time to the answer's first token (request sent → first streamed
+content, the whole history in the request, temperature 0), and the model's own answer time.
+
+    .venv/bin/python -m bench.text_model_cost [--rounds 2] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from agent.config import LLMSettings, LocalLLMSettings
+from agent.local.llm_server import check_installed, llm_server_argv
+from agent.turns.text_end_of_turn import TextEndOfTurn
+from bench import peers
+from bench.machine import describe
+from tests.fakes.serving import free_port
+
+RESULTS_MD = Path(__file__).parent / "results" / "text_model_cost.md"
+GREETING = "Hello! How can I help you today?"
+TURNS = (
+    "What is the weather like in Paris today?",
+    "And tomorrow?",
+    "Can you book a table for two at eight?",
+    "Make it nine instead.",
+    "What time is it now?",
+    "Thanks, that is all.",
+)
+CACHE_BYTES = 256 * 1024 * 1024
+SERVERS = {
+    "as the product starts it": [],
+    "with --cache (RAM, 256 MB)": ["--cache", "True", "--cache_size", str(CACHE_BYTES)],
+}
+
+
+def start_server(extra: list[str]) -> tuple[subprocess.Popen[bytes], LLMSettings]:
+    llm = LLMSettings(kind="local", model="smollm2", local=LocalLLMSettings(port=free_port()))
+    argv = llm_server_argv(llm, check_installed()) + extra
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peers.wait_http(f"{llm.base_url}/models", process, timeout_s=120)
+    return process, llm
+
+
+async def first_token(
+    http: httpx.AsyncClient, llm: LLMSettings, messages: list[dict[str, str]]
+) -> tuple[float, str]:
+    """Stream one answer; seconds to its first content, and its text."""
+    body = {
+        "model": llm.model,
+        "messages": messages,
+        "stream": True,
+        "temperature": 0,
+        "max_tokens": 60,
+    }
+    sent = time.perf_counter()
+    first, text = 0.0, ""
+    async with http.stream("POST", f"{llm.base_url}/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            delta = json.loads(line[6:])["choices"][0].get("delta", {}).get("content")
+            if delta:
+                first = first or time.perf_counter() - sent
+                text += delta
+    return first, text.strip()
+
+
+async def conversation(llm: LLMSettings, ask_model: bool) -> tuple[list[float], list[float]]:
+    """Answer times to first token per turn, and the model's answer times (``ask_model``)."""
+    system = LLMSettings().system_prompt
+    messages = [{"role": "system", "content": system}, {"role": "assistant", "content": GREETING}]
+    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=10.0)
+    ttfts: list[float] = []
+    asked: list[float] = []
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            for words in TURNS:
+                if ask_model:
+                    started = time.perf_counter()
+                    await model.probability(words, messages[-1]["content"], system)
+                    asked.append(time.perf_counter() - started)
+                messages.append({"role": "user", "content": words})
+                ttft, answer = await first_token(http, llm, messages)
+                messages.append({"role": "assistant", "content": answer})
+                ttfts.append(ttft)
+        finally:
+            await model.close()
+    return ttfts, asked
+
+
+def render(
+    rows: dict[tuple[str, bool], tuple[list[float], list[float]]],
+    rounds: int,
+    took_s: float,
+    load: tuple[float, float],
+) -> str:
+    header = (
+        "| server | text model asked before each answer | "
+        + " | ".join(f"turn {i + 1}" for i in range(len(TURNS)))
+        + " | the model's answer, mean |"
+    )
+    when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    lines = [
+        "## The text model's cost to the local LLM's answers (`bench/text_model_cost.py`)",
+        "",
+        f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
+        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-python's "
+        f"server, 1 thread (the default profile's setting); a six-turn conversation, {rounds} "
+        "rounds. Each cell: the answer's time to first token, median of the rounds (the whole "
+        "history in each request).",
+        "",
+        header,
+        "|---|---|" + "---|" * (len(TURNS) + 1),
+    ]
+    for (server, ask_model), (ttfts, asked) in rows.items():
+        per_turn = [statistics.median(ttfts[i :: len(TURNS)]) for i in range(len(TURNS))]
+        cells = " | ".join(f"{1000 * t:.0f} ms" for t in per_turn)
+        model = f"{1000 * statistics.mean(asked):.0f} ms" if asked else "-"
+        lines.append(f"| {server} | {'yes' if ask_model else 'no'} | {cells} | {model} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    started, load_before = time.monotonic(), os.getloadavg()[0]
+    rows: dict[tuple[str, bool], tuple[list[float], list[float]]] = {}
+    for server, extra in SERVERS.items():
+        process, llm = start_server(extra)
+        try:
+            for ask_model in (False, True):
+                ttfts: list[float] = []
+                asked: list[float] = []
+                for _ in range(args.rounds):
+                    t, a = asyncio.run(conversation(llm, ask_model))
+                    ttfts += t
+                    asked += a
+                rows[(server, ask_model)] = (ttfts, asked)
+        finally:
+            peers.stop_process(process)
+    report = render(
+        rows, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
+    )
+    print(report)
+    if not args.no_write:
+        RESULTS_MD.write_text(report)
+        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
