@@ -348,10 +348,10 @@ class TurnSettings(_Section):
     text_model: bool = Field(
         default=False,
         description="'adaptive' with Smart Turn: also ask a ChatML language model for p(the "
-        "user's sentence ends here) on the final words and the bot's last message (LiveKit's "
+        "user's sentence ends here) on the final words after the conversation so far (LiveKit's "
         "text turn detector, on the model already served: llm.kind 'local', or "
-        "text_model_url). Needs nothing else; on a timeout or error the turn is decided "
-        "without it. See bench/results/turn_taking_multilingual.md.",
+        "text_model_url). On in the default profile. Needs nothing else; on a timeout or "
+        "error the turn is decided without it. See bench/results/turn_taking_multilingual.md.",
     )
     text_model_url: str | None = Field(
         default=None,

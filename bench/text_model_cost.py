@@ -100,7 +100,7 @@ async def conversation(llm: LLMSettings, ask_model: bool) -> tuple[list[float], 
             for words in TURNS:
                 if ask_model:
                     started = time.perf_counter()
-                    await model.probability(words, messages[-1]["content"], system)
+                    await model.probability(words, [(m["role"], m["content"]) for m in messages])
                     asked.append(time.perf_counter() - started)
                 messages.append({"role": "user", "content": words})
                 ttft, answer = await first_token(http, llm, messages)

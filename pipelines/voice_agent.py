@@ -76,7 +76,7 @@ from agent.transports.traits import CarriesPhoneCall, traits_of
 from agent.turns.adaptive_stop import LATE_FINAL_S, AdaptiveUserTurnStopStrategy
 from agent.turns.barge_in import BargeInUserTurnStartStrategy
 from agent.turns.caller_audio import CallerAudioFeed
-from agent.turns.text_end_of_turn import TextEndOfTurn, prompt_context
+from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn, prompt_context
 from pipelines.services import (
     call_tools,
     caller_vad_params,
@@ -195,7 +195,7 @@ def _user_params(
     *,
     late_final_s: float = LATE_FINAL_S,
     text_model: TextEndOfTurn | None = None,
-    context: Callable[[], tuple[str | None, str | None]] | None = None,
+    context: Callable[[], Conversation] | None = None,
 ) -> LLMUserAggregatorParams:
     """The turn strategies, and Pipecat's user-turn fallback as a safety net behind them: the
     adaptive strategy has a deadline of its own on every path, so reaching the fallback is an

@@ -13,8 +13,8 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   "Stop.", an English question or request whose question mark the recognizer dropped); with
   ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
   Without Smart Turn the words alone decide, as with ``"asks"``.
-- With ``text_model`` (off by default: ``bench/results/turn_taking_multilingual.md``), a
-  language model's p(the sentence ends here) on the final words
+- With ``text_model`` (on in the default profile: ``bench/results/turn_taking_multilingual.md``),
+  a language model's p(the sentence ends here) on the final words
   (:mod:`agent.turns.text_end_of_turn`) is a third opinion when Smart Turn calls the turn
   complete: below ``text_unfinished_p`` it holds words that ask ("Book a table." goes on to
   it), unless they are one or two words or the recognizer closed them with a question mark
@@ -92,7 +92,7 @@ from agent.turns.completeness import (
     last_sentence,
     words,
 )
-from agent.turns.text_end_of_turn import TextEndOfTurn
+from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
 
 LATE_FINAL_S = 2.5
 """By default, how much longer than the upper bound a turn waits for a segment's transcript
@@ -143,7 +143,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_model: TextEndOfTurn | None = None,
         text_end_p: float = 1.01,
         text_unfinished_p: float = 0.0,
-        context: Callable[[], tuple[str | None, str | None]] | None = None,
+        context: Callable[[], Conversation] | None = None,
         **kwargs: object,
     ) -> None:
         """Create the strategy.
@@ -158,15 +158,16 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 for; past it the turn ends without those words.
             text_check: The words' part when Smart Turn is on: ``"asks"`` (they must ask for
                 an answer) or ``"unfinished"`` (they may only veto an unfinished ending).
-            text_model: The language model's p(the message ends here) on the final words
+            text_model: The language model's p(the sentence ends here) on the final words
                 (:mod:`agent.turns.text_end_of_turn`), beside Smart Turn; ``None``: not asked.
             text_end_p: With Smart Turn's complete verdict, a p(end) at least this ends the
                 turn on the short wait whatever the words rule says (a statement), unless it
                 stops on an unfinished word; above 1: never.
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
                 answer, a p(end) below this waits (the model hears a sentence going on), unless
-                the turn is one or two words (the words rule decides those); 0: never.
-            context: The bot's last message and the system prompt, the model's context.
+                the turn is one or two words or closed with a question mark (the words rule
+                decides those); 0: never.
+            context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
         if complete_wait_s > unfinished_wait_s:
@@ -442,8 +443,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def _read_text_model(self, text: str, turn: int) -> None:
         assert self._text_model is not None
-        bot, system = self._context() if self._context is not None else (None, None)
-        p = await self._text_model.probability(text, bot, system)  # None: timeout or error
+        conversation = self._context() if self._context is not None else ()
+        p = await self._text_model.probability(text, conversation)  # None: timeout or error
         self._p_task = None
         if turn != self._turns_ended or text != self._text:
             return  # the turn ended, or more words came, while the model read these

@@ -39,6 +39,7 @@ import asyncio
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -56,10 +57,12 @@ SENTENCE_ENDS = ("", ".", "?", "!")
 
 _NOT_SPOKEN = re.compile(r"[^\w\s'-]+")
 
-MAX_BOT_CHARS = 300
 MAX_USER_CHARS = 600
-"""How much of each message the prompt keeps (their ends): a long answer or a long turn adds
-prompt tokens, and time, for nothing the last words do not say."""
+"""How much of the user's words the prompt keeps (their end): a long turn adds prompt tokens,
+and time, for nothing the last words do not say."""
+
+Conversation = Sequence[tuple[str, str]]
+"""The messages before the user's words, as ``(role, text)``: the system prompt first."""
 
 
 @dataclass(slots=True)
@@ -83,16 +86,14 @@ def as_spoken(text: str) -> str:
     return " ".join(spoken.split())
 
 
-def chatml_prompt(
-    user_text: str, bot_text: str | None = None, system_text: str | None = None
-) -> str:
-    """The conversation as the model sees it when it answers (its system prompt, the bot's
-    last message), open after the user's words."""
-    turns = []
-    if system_text and system_text.strip():
-        turns.append(f"<|im_start|>system\n{system_text.strip()[:MAX_BOT_CHARS]}{END_OF_TURN}\n")
-    if bot_text and bot_text.strip():
-        turns.append(f"<|im_start|>assistant\n{bot_text.strip()[-MAX_BOT_CHARS:]}{END_OF_TURN}\n")
+def chatml_prompt(user_text: str, conversation: Conversation = ()) -> str:
+    """The conversation as the chat template writes it for the answer (ChatML, each message
+    ``<|im_start|>role\ncontent<|im_end|>\n``, unchanged), then the user's words, open. So the
+    server reads only the user's words for this question, and the answer after it reads only
+    the user's message: the server keeps one prompt, and a shorter context here (the bot's
+    last message only) made each next answer read the whole conversation again
+    (``bench/text_model_cost.py``)."""
+    turns = [f"<|im_start|>{role}\n{text}{END_OF_TURN}\n" for role, text in conversation]
     turns.append(f"<|im_start|>user\n{user_text.strip()[-MAX_USER_CHARS:]}")
     return "".join(turns)
 
@@ -139,18 +140,17 @@ class TextEndOfTurn:
             await self._http.aclose()
             self._http = None
 
-    async def probability(
-        self, user_text: str, bot_text: str | None = None, system_text: str | None = None
-    ) -> float | None:
-        """p(the user's sentence ends after ``user_text``), or ``None`` when the server did not
-        answer in time or answered something else (logged; counted in :data:`STATS`)."""
+    async def probability(self, user_text: str, conversation: Conversation = ()) -> float | None:
+        """p(the user's sentence ends after ``user_text``, the conversation so far before it),
+        or ``None`` when the server did not answer in time or answered something else (logged;
+        counted in :data:`STATS`)."""
         spoken = as_spoken(user_text)
         if not spoken:
             return None
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
-                p = await self._ask(chatml_prompt(spoken, bot_text, system_text))
+                p = await self._ask(chatml_prompt(spoken, conversation))
         except TimeoutError:
             STATS.timed_out += 1
             logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used")
@@ -202,25 +202,26 @@ class TextEndOfTurn:
 
 def prompt_context(
     messages: list[dict[str, object]], system_prompt: str | None = None
-) -> tuple[str | None, str | None]:
-    """The bot's last message in an OpenAI-style message list, and the system prompt: the
-    list's own, else ``system_prompt`` (the LLM service's ``system_instruction``)."""
-    system = messages[0].get("content") if messages else None
-    if not messages or messages[0].get("role") != "system" or not isinstance(system, str):
-        system = system_prompt
-    return last_message(messages, "assistant"), system
+) -> list[tuple[str, str]]:
+    """An OpenAI-style message list as the answer's request sends it: ``system_prompt`` (the
+    LLM service's ``system_instruction``) first unless the list has its own, then each
+    system, user and assistant message that has text."""
+    conversation: list[tuple[str, str]] = []
+    if system_prompt and not (messages and messages[0].get("role") == "system"):
+        conversation.append(("system", system_prompt))
+    for message in messages:
+        role, text = message.get("role"), message_text(message)
+        if role in ("system", "user", "assistant") and isinstance(role, str) and text:
+            conversation.append((role, text))
+    return conversation
 
 
-def last_message(messages: list[dict[str, object]], role: str) -> str | None:
-    """The text of the last message of ``role`` in an OpenAI-style message list, if any."""
-    for message in reversed(messages):
-        if message.get("role") != role:
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            parts = [p.get("text") for p in content if isinstance(p, dict)]
-            return " ".join(p for p in parts if isinstance(p, str)) or None
-        return None
+def message_text(message: dict[str, object]) -> str | None:
+    """The text of an OpenAI-style message: its content, or its text parts joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        return " ".join(p for p in parts if isinstance(p, str)) or None
     return None

@@ -385,3 +385,17 @@ def test_smart_turn_v3_loads_from_the_wheel_when_switched_on() -> None:
         load_settings("default", overrides={"turn": {"smart_turn": True}}),
         call_id="smart",
     )
+
+
+def test_the_default_profile_asks_its_local_llm_about_the_end_of_turn() -> None:
+    """The offline profile's llama.cpp server gives the text end-of-turn model; a profile
+    without a local LLM (or with the model switched off) has none, and decides without it."""
+    from pipelines.voice_agent import text_end_of_turn
+
+    default = load_settings("default")
+    model = text_end_of_turn(default)
+    assert model is not None and model.timeout_s == default.turn.text_timeout_s
+    assert default.turn.text_unfinished_p == 0.1
+    assert text_end_of_turn(load_settings("default", overrides={"llm": {"kind": "echo"}})) is None
+    off = load_settings("default", overrides={"turn": {"text_model": False}})
+    assert text_end_of_turn(off) is None

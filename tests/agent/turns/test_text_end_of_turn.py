@@ -118,10 +118,13 @@ async def test_the_model_hears_a_fragment_through_the_recognizers_full_stop(
     the finished request's like statement 0.007."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
-    bot, system = "Hello! How can I help you today?", LLMSettings().system_prompt
+    conversation = [
+        ("system", LLMSettings().system_prompt),
+        ("assistant", "Hello! How can I help you today?"),
+    ]
     try:
-        fragment = await model.probability("Book a table.", bot, system)
-        finished = await model.probability("Book a table for two people.", bot, system)
+        fragment = await model.probability("Book a table.", conversation)
+        finished = await model.probability("Book a table for two people.", conversation)
     finally:
         await model.close()
     assert fragment is not None and finished is not None
@@ -177,25 +180,57 @@ def test_the_model_reads_the_words_as_spoken_in_any_script() -> None:
     assert as_spoken(" ... ") == ""
 
 
-def test_the_prompt_is_the_chat_template_open_after_the_users_words() -> None:
-    prompt = chatml_prompt("  What time is it? ", "Hello!")
-    assert prompt == ("<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nWhat time is it?")
+def test_the_prompt_is_the_answers_chat_template_open_after_the_users_words() -> None:
+    """The conversation as the chat template writes it for the answer (SmolLM2's ChatML,
+    content unchanged), so the server's kept prompt serves the question and the answer."""
+    conversation = [("system", "Be brief."), ("assistant", " Hello! ")]
+    assert chatml_prompt("  What time is it? ", conversation) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>assistant\n Hello! <|im_end|>\n"
+        "<|im_start|>user\nWhat time is it?"
+    )
     assert chatml_prompt("x" * 5000).endswith("x" * text_end_of_turn.MAX_USER_CHARS)
     assert len(chatml_prompt("x" * 5000)) < 700
 
 
-def test_the_bots_last_message_and_the_system_prompt_are_read_from_the_conversation() -> None:
+@requires_local_llm
+def test_the_prompt_is_what_the_server_renders_for_the_answer_up_to_the_users_words() -> None:
+    """The packaged model's own chat template, as llama-cpp-python's server renders it for a
+    chat completion: the question's prompt is its prefix, so the server reads each part once."""
+    from llama_cpp import Llama
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from agent.local.llm_server import packaged_model
+
+    model = Llama(model_path=str(packaged_model()), vocab_only=True, verbose=False)
+    render = Jinja2ChatFormatter(
+        template=model.metadata["tokenizer.chat_template"],
+        eos_token=model._model.token_get_text(model.token_eos()),
+        bos_token=model._model.token_get_text(model.token_bos()),
+    )
+    conversation = [("system", "Be brief."), ("assistant", "Hello! How can I help?")]
+    messages: list[Any] = [{"role": role, "content": text} for role, text in conversation]
+    answer = render(messages=[*messages, {"role": "user", "content": "What time is it?"}])
+    question = chatml_prompt("what time is it", conversation)
+    shared = question.removesuffix("what time is it")
+    assert shared.endswith("<|im_start|>user\n") and answer.prompt.startswith(shared)
+
+
+def test_the_conversation_is_read_as_the_answers_request_sends_it() -> None:
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "Be brief."},
         {"role": "assistant", "content": "Hello!"},
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": [{"type": "text", "text": "Shall I?"}]},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "tool", "content": "{}"},
         {"role": "user", "content": "Yes"},
     ]
-    assert prompt_context(messages) == ("Shall I?", "Be brief.")
-    assert prompt_context(messages[1:]) == ("Shall I?", None)
-    assert prompt_context(messages[1:], "Be kind.") == ("Shall I?", "Be kind.")
-    assert prompt_context(messages[:1]) == (None, "Be brief.")
+    said = [("assistant", "Hello!"), ("user", "Hi"), ("assistant", "Shall I?"), ("user", "Yes")]
+    assert prompt_context(messages) == [("system", "Be brief."), *said]
+    assert prompt_context(messages, "Be kind.") == [("system", "Be brief."), *said]
+    assert prompt_context(messages[1:], "Be kind.") == [("system", "Be kind."), *said]
+    assert prompt_context(messages[1:]) == said
 
 
 # ----------------------------------------------------------------------------- the strategy
