@@ -32,7 +32,7 @@ from pipecat.services.tts_service import TTSService
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.workers.runner import WorkerRunner
 
-from agent.config import LLMSettings, Settings
+from agent.config import LLMSettings, Settings, load_settings
 from agent.llm import OpenAICompatibleLLMService
 from pipelines.voice_agent import build_voice_agent_task
 from tests.conftest import requires_espeak, requires_local_llm
@@ -219,7 +219,18 @@ async def test_a_follow_up_reaches_the_model_with_the_first_exchange_in_its_cont
     local_llm: LLMSettings,
     start_call: Any,
 ) -> None:
-    call = await start_call(offline_settings(asr_server_url, asr_model_name, piper_url, local_llm))
+    # The default profile's sampling: at the fixture's (0.7, 200 tokens) SmolLM2 once rambled
+    # in French for longer than the answer may take to play out on a loaded machine.
+    profile = load_settings("default").llm
+    settings = offline_settings(
+        asr_server_url,
+        asr_model_name,
+        piper_url,
+        local_llm,
+        temperature=profile.temperature,
+        max_tokens=profile.max_tokens,
+    )
+    call = await start_call(settings)
     first_at = await call.say("what is the weather like in paris today")
     await call.wait_for(lambda: call.watch.ended, timeout=60)
     await call.played_out(since=first_at)  # the answer plays out: the next turn is no barge-in
