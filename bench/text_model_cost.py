@@ -3,9 +3,10 @@
 The offline profile asks its one llama.cpp server (SmolLM2 behind llama-cpp-python) both for
 the answers and, with ``turn.text_model`` on, for p(the user's sentence ends here)
 (:mod:`agent.turns.text_end_of_turn`). The server keeps the last prompt it read and reads a new
-one only past the part they share; an answer's prompt is the whole conversation, the model's
-question only the bot's last message and the user's words. So after a question to the model the
-next answer may read the whole conversation again.
+one only past the part they share; an answer's prompt is the whole conversation. When the
+model's question held only the bot's last message and the user's words, each next answer read
+the whole conversation again; it now holds the answer's own conversation up to the user's
+words, and this bench shows what that costs.
 
 For each server setting (as the product starts it; and with llama-cpp-python's RAM prompt
 cache, ``--cache``, which keeps earlier prompts' states), a six-turn conversation is played

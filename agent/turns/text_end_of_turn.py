@@ -16,7 +16,9 @@ answer is therefore the probability that the next token ends the sentence: a clo
 the end of the message (:data:`SENTENCE_ENDS`). On the turn-taking bench's set this tells
 "book a table" (0.03) from "book a table for two people" (0.34) and "is the store open today"
 (0.81); with the recognizer's marks kept, "Book a table." read 0.08 against the statement's
-0.007 (``bench/results/turn_taking_extended.md``).
+0.007 (``bench/results/turn_taking_multilingual.md``). Before the words comes the conversation
+the answer will have, as the chat template writes it (:func:`chatml_prompt`), so the server's
+kept prompt serves the question and the answer alike (``bench/text_model_cost.py``).
 
 What the server gives (llama-cpp-python 0.3, read from its source and checked against the
 model's own logits): ``/v1/completions`` with ``logprobs: k`` reports the ``k`` likeliest next
