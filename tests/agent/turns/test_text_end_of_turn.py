@@ -114,8 +114,8 @@ async def test_the_model_hears_a_fragment_through_the_recognizers_full_stop(
 ) -> None:
     """A recognizer closes what it heard before a pause with a full stop. The model reads the
     words without it, so "Book a table." still goes on to it (0.025 with the voice assistant's
-    prompt) while the finished request ends (0.41); with the full stop kept it read 0.08 and
-    the finished request's like statement 0.007."""
+    prompt) while the finished request ends (0.41). With the full stop kept, "Book a table."
+    read 0.08 and the finished statement "I would like to book a table for two people." 0.007."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
     conversation = [
