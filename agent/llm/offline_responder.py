@@ -32,6 +32,8 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.turns.speculation_gate import SpeculationGate
 
+from agent.llm.messages import message_text
+
 DEFAULT_TEMPLATE = "You said: {text}."
 NOTHING_HEARD = "Sorry, I did not catch that."
 
@@ -91,18 +93,8 @@ class OfflineResponder(FrameProcessor):
 def last_user_text(context: LLMContext) -> str:
     """The text of the newest ``user`` message in the context ('' if there is none)."""
     for message in reversed(context.get_messages()):
-        if not isinstance(message, dict) or message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            return content
-        if isinstance(content, list):
-            return " ".join(
-                str(part.get("text", ""))
-                for part in content
-                if isinstance(part, dict) and part.get("type") == "text"
-            )
-        return ""
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message_text(message) or ""
     return ""
 
 

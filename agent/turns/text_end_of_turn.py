@@ -47,6 +47,8 @@ from dataclasses import dataclass
 import httpx
 from loguru import logger
 
+from agent.llm.messages import message_text
+
 END_OF_TURN = "<|im_end|>"
 """The end of a message in the ChatML template (SmolLM2, Qwen): what the model is asked about."""
 
@@ -216,14 +218,3 @@ def prompt_context(
         if role in ("system", "user", "assistant") and isinstance(role, str) and text:
             conversation.append((role, text))
     return conversation
-
-
-def message_text(message: dict[str, object]) -> str | None:
-    """The text of an OpenAI-style message: its content, or its text parts joined."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        return " ".join(p for p in parts if isinstance(p, str)) or None
-    return None
