@@ -98,6 +98,7 @@ class Answer:
     ttft_s: float
     tokens: int
     generating_s: float
+    text: str = ""
 
     @property
     def tokens_per_s(self) -> float:
@@ -105,17 +106,31 @@ class Answer:
 
 
 async def ask(http: httpx.AsyncClient, llm: LLMSettings, question: str) -> Answer:
-    """One streamed chat completion: time to the first content, then the rest."""
+    """One question with the system prompt, answered at the profile's temperature."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    return await stream_chat(http, llm, messages, temperature=0.3)
+
+
+async def stream_chat(
+    http: httpx.AsyncClient,
+    llm: LLMSettings,
+    messages: list[dict[str, str]],
+    *,
+    temperature: float,
+    max_tokens: int = 60,
+) -> Answer:
+    """One streamed chat completion: time to the first content, then the rest, and its text."""
     body = {
         "model": llm.model,
-        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+        "messages": messages,
         "stream": True,
-        "temperature": 0.3,
-        "max_tokens": 60,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
     }
     sent = time.perf_counter()
     first = last = 0.0
     tokens = 0
+    text = ""
     async with http.stream("POST", f"{llm.base_url}/chat/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
@@ -124,9 +139,10 @@ async def ask(http: httpx.AsyncClient, llm: LLMSettings, question: str) -> Answe
             delta = json.loads(line[6:])["choices"][0].get("delta", {})
             if delta.get("content"):
                 tokens += 1
+                text += delta["content"]
                 last = time.perf_counter()
                 first = first or last
-    return Answer(first - sent, tokens, last - first)
+    return Answer(first - sent, tokens, last - first, text)
 
 
 @contextlib.asynccontextmanager

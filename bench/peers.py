@@ -32,6 +32,7 @@ from typing import Any, get_args
 import uvicorn
 from fastapi import FastAPI
 
+from agent.config import LLMSettings, LocalLLMSettings
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.realtime_peer import Deltas, RealtimePeer
 from tests.fakes.serving import free_port
@@ -126,6 +127,17 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+
+
+def start_local_llm(*extra_args: str) -> tuple[subprocess.Popen[bytes], LLMSettings]:
+    """llama.cpp's server with the packaged SmolLM2 as the default profile runs it (plus
+    ``extra_args``), on a free port; not waited for (:func:`wait_http` its ``/models``)."""
+    from agent.local.llm_server import check_installed, llm_server_argv
+
+    llm = LLMSettings(kind="local", model="smollm2", local=LocalLLMSettings(port=free_port()))
+    argv = [*llm_server_argv(llm, check_installed()), *extra_args]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, llm
 
 
 def http_app(reply_seconds: float) -> FastAPI:

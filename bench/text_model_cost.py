@@ -22,22 +22,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from agent.config import LLMSettings, LocalLLMSettings
-from agent.local.llm_server import check_installed, llm_server_argv
+from agent.config import LLMSettings
 from agent.turns.text_end_of_turn import TextEndOfTurn
 from bench import peers
+from bench.local_llm import stream_chat
 from bench.machine import describe
-from tests.fakes.serving import free_port
 
 RESULTS_MD = Path(__file__).parent / "results" / "text_model_cost.md"
 GREETING = "Hello! How can I help you today?"
@@ -56,39 +53,6 @@ SERVERS = {
 }
 
 
-def start_server(extra: list[str]) -> tuple[subprocess.Popen[bytes], LLMSettings]:
-    llm = LLMSettings(kind="local", model="smollm2", local=LocalLLMSettings(port=free_port()))
-    argv = llm_server_argv(llm, check_installed()) + extra
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peers.wait_http(f"{llm.base_url}/models", process, timeout_s=120)
-    return process, llm
-
-
-async def first_token(
-    http: httpx.AsyncClient, llm: LLMSettings, messages: list[dict[str, str]]
-) -> tuple[float, str]:
-    """Stream one answer; seconds to its first content, and its text."""
-    body = {
-        "model": llm.model,
-        "messages": messages,
-        "stream": True,
-        "temperature": 0,
-        "max_tokens": 60,
-    }
-    sent = time.perf_counter()
-    first, text = 0.0, ""
-    async with http.stream("POST", f"{llm.base_url}/chat/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            delta = json.loads(line[6:])["choices"][0].get("delta", {}).get("content")
-            if delta:
-                first = first or time.perf_counter() - sent
-                text += delta
-    return first, text.strip()
-
-
 async def conversation(llm: LLMSettings, ask_model: bool) -> tuple[list[float], list[float]]:
     """Answer times to first token per turn, and the model's answer times (``ask_model``)."""
     system = LLMSettings().system_prompt
@@ -104,9 +68,9 @@ async def conversation(llm: LLMSettings, ask_model: bool) -> tuple[list[float], 
                     await model.probability(words, [(m["role"], m["content"]) for m in messages])
                     asked.append(time.perf_counter() - started)
                 messages.append({"role": "user", "content": words})
-                ttft, answer = await first_token(http, llm, messages)
-                messages.append({"role": "assistant", "content": answer})
-                ttfts.append(ttft)
+                answer = await stream_chat(http, llm, messages, temperature=0)
+                messages.append({"role": "assistant", "content": answer.text.strip()})
+                ttfts.append(answer.ttft_s)
         finally:
             await model.close()
     return ttfts, asked
@@ -152,7 +116,8 @@ def main(argv: list[str]) -> int:
     started, load_before = time.monotonic(), os.getloadavg()[0]
     rows: dict[tuple[str, bool], tuple[list[float], list[float]]] = {}
     for server, extra in SERVERS.items():
-        process, llm = start_server(extra)
+        process, llm = peers.start_local_llm(*extra)
+        peers.wait_http(f"{llm.base_url}/models", process, timeout_s=120)
         try:
             for ask_model in (False, True):
                 ttfts: list[float] = []

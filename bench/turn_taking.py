@@ -594,17 +594,6 @@ async def sweep(
     return runs
 
 
-def start_text_model() -> tuple[subprocess.Popen[bytes], str]:
-    """llama.cpp's server with the packaged SmolLM2, as the default profile runs it."""
-    from agent.config import LLMSettings
-    from agent.local.llm_server import check_installed, llm_server_argv
-
-    settings = LLMSettings(kind="local", model="smollm2", local={"port": free_port()})
-    argv = llm_server_argv(settings, check_installed())
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return process, str(settings.base_url)
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", help=f"semicolon list of: {'; '.join(CONFIGS)}")
@@ -654,7 +643,8 @@ def main(argv: list[str]) -> int:
     llm = None
     llm_url = None
     if any(CONFIGS[name].get("text_model") for name in args.configs):
-        llm, llm_url = start_text_model()
+        llm, text_model = peers.start_local_llm()
+        llm_url = str(text_model.base_url)
     started, load_before = time.monotonic(), os.getloadavg()[0]
     try:
         if asr is not None:
