@@ -22,6 +22,9 @@ from tests.fakes.twilio_caller import TwilioCaller
 pytestmark = pytest.mark.timeout(120)
 
 HALF_OPEN = 5000
+HEADER_TIMEOUT_S = 4
+"""The guard's deadline for a request's headers: long enough that a loaded machine answers a
+health check and a call while the flood is still held."""
 
 
 def test_the_guard_mirrors_the_installed_uvicorn() -> None:
@@ -46,7 +49,7 @@ def serve_with(tmp_path: Path, asr_server_url: str, **server: str) -> Serve:
 
 @pytest.fixture
 def guarded(tmp_path: Path, asr_server_url: str) -> Iterator[Serve]:
-    process = serve_with(tmp_path, asr_server_url, header_timeout_s="2")
+    process = serve_with(tmp_path, asr_server_url, header_timeout_s=str(HEADER_TIMEOUT_S))
     try:
         yield process
     finally:
@@ -80,7 +83,8 @@ async def test_half_open_requests_are_closed_and_the_server_keeps_answering(
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
         assert (await http.get("/healthz")).status_code == 200
     await a_call_is_answered(port)
-    assert time.monotonic() - opened < 2  # all of that while the flood was held
+    early = sum(reader.at_eof() for reader, _ in held)
+    assert early == 0, f"{early} half-open requests were closed before the call was answered"
 
     ends = await asyncio.gather(
         *(asyncio.wait_for(reader.read(), 15) for reader, _ in held), return_exceptions=True
@@ -88,7 +92,7 @@ async def test_half_open_requests_are_closed_and_the_server_keeps_answering(
     # Closed: an orderly end, or a reset when the server's close raced our unread bytes.
     closed = [end == b"" or isinstance(end, ConnectionResetError) for end in ends]
     assert all(closed), f"half-open requests left open: {[e for e in ends if e != b'']}"
-    assert time.monotonic() - opened < 10
+    assert time.monotonic() - opened < HEADER_TIMEOUT_S + 8
     for _, writer in held:
         writer.close()
     for _ in range(50):

@@ -96,7 +96,8 @@ def test_an_unreachable_endpoint_exits_non_zero_with_a_clear_message(stereo_44k_
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"ws://127.0.0.1:{port}/v1/realtime"
-    result = voice_agent("transcribe", str(stereo_44k_wav), "--url", url)
+    # A short --timeout also shortens the wait for a session (the default waits 20 s).
+    result = voice_agent("transcribe", str(stereo_44k_wav), "--url", url, "--timeout", "3")
     assert result.returncode == 3
     assert "cannot reach the STT endpoint" in result.stderr
 

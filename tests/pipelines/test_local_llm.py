@@ -219,16 +219,16 @@ async def test_a_follow_up_reaches_the_model_with_the_first_exchange_in_its_cont
     local_llm: LLMSettings,
     start_call: Any,
 ) -> None:
-    # The default profile's sampling: at the fixture's (0.7, 200 tokens) SmolLM2 once rambled
-    # in French for longer than the answer may take to play out on a loaded machine.
-    profile = load_settings("default").llm
+    # The default profile's temperature: at the fixture's (0.7, 200 tokens) SmolLM2 once
+    # rambled in French for longer than the answer may take to play out on a loaded machine.
+    # A short answer: the test waits for it to play out before the follow-up.
     settings = offline_settings(
         asr_server_url,
         asr_model_name,
         piper_url,
         local_llm,
-        temperature=profile.temperature,
-        max_tokens=profile.max_tokens,
+        temperature=load_settings("default").llm.temperature,
+        max_tokens=32,
     )
     call = await start_call(settings)
     first_at = await call.say("what is the weather like in paris today")

@@ -290,7 +290,9 @@ async def test_with_the_talker_gate_a_quiet_line_starts_and_stops_as_stock_siler
     frames = frames_of(conversation(sample_rate), frame_bytes)
 
     async def states(margin_db: float | None) -> list[VADState]:
-        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
+        # No batching delay: frames come back to back here, not 20 ms apart as on a call.
+        batcher = SileroBatcher(max_delay_s=0.0)
+        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db, batcher=batcher)
         vad.set_sample_rate(sample_rate)
         return await feed(vad, frames)
 
@@ -308,7 +310,8 @@ async def test_with_people_talking_behind_the_caller_the_gate_hears_the_caller_s
     ends_at = (len(before) + len(speech)) // 320  # the frame where the question ends
 
     async def quiet_after_the_question(margin_db: float | None) -> int | None:
-        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db)
+        batcher = SileroBatcher(max_delay_s=0.0)  # frames come back to back: no batching wait
+        vad = SharedSileroVADAnalyzer(foreground_margin_db=margin_db, batcher=batcher)
         vad.set_sample_rate(8000)
         states = await feed(vad, frames)
         assert VADState.SPEAKING in states[:ends_at]
