@@ -140,6 +140,17 @@ def start_local_llm(*extra_args: str) -> tuple[subprocess.Popen[bytes], LLMSetti
     return process, llm
 
 
+@contextlib.contextmanager
+def local_llm_running(*extra_args: str) -> Iterator[LLMSettings]:
+    """:func:`start_local_llm`, ready to answer; stopped on the way out."""
+    process, llm = start_local_llm(*extra_args)
+    try:
+        wait_http(f"{llm.base_url}/models", process, timeout_s=120)
+        yield llm
+    finally:
+        stop_process(process)
+
+
 def http_app(reply_seconds: float) -> FastAPI:
     app = FastAPI()
     app.include_router(ChatServer(ANSWER, record=False).router)

@@ -116,9 +116,7 @@ def main(argv: list[str]) -> int:
     started, load_before = time.monotonic(), os.getloadavg()[0]
     rows: dict[tuple[str, bool], tuple[list[float], list[float]]] = {}
     for server, extra in SERVERS.items():
-        process, llm = peers.start_local_llm(*extra)
-        peers.wait_http(f"{llm.base_url}/models", process, timeout_s=120)
-        try:
+        with peers.local_llm_running(*extra) as llm:
             for ask_model in (False, True):
                 ttfts: list[float] = []
                 asked: list[float] = []
@@ -127,8 +125,6 @@ def main(argv: list[str]) -> int:
                     ttfts += t
                     asked += a
                 rows[(server, ask_model)] = (ttfts, asked)
-        finally:
-            peers.stop_process(process)
     report = render(
         rows, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
     )
