@@ -366,7 +366,7 @@ class TurnSettings(_Section):
         "the short wait (a statement), unless it stops on a word like 'to'; above 1: never.",
     )
     text_unfinished_p: float = Field(
-        default=0.1,
+        default=0.01,
         ge=0,
         le=1,
         description="text_model: a turn of 3+ words that asks for an answer without a question "

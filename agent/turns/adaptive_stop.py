@@ -16,8 +16,8 @@ question late (an 800 ms wait). This strategy waits by what it hears:
 - With ``text_model`` (on in the default profile: ``bench/results/turn_taking_multilingual.md``),
   a language model's p(the sentence ends here) on the final words
   (:mod:`agent.turns.text_end_of_turn`) is a third opinion when Smart Turn calls the turn
-  complete: below ``text_unfinished_p`` it holds words that ask ("Book a table." goes on to
-  it), unless they are one or two words or the recognizer closed them with a question mark
+  complete: below ``text_unfinished_p`` it holds words that ask ("Can you tell me." goes on
+  to it), unless they are one or two words or the recognizer closed them with a question mark
   (the model cannot read those); at least ``text_end_p`` ends any turn on the short wait (a
   statement; off by default). The turn waits for it at most its client's timeout; without an
   answer the words decide, as without the model.

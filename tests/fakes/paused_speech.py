@@ -156,13 +156,29 @@ _MORE: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 """Per language: short commands and answers, a finished statement, and a sentence with a pause
 inside it, which must not be answered at the pause."""
 
+_REQUESTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "en": (
+        ("request", ("please cancel my taxi",), True),
+        ("request", ("send me the receipt",), True),
+        ("request", ("turn on the lights in the kitchen",), True),
+        ("unfinished", ("can you tell me", "the opening hours"), False),
+    ),
+    "de": (("request", ("rufen sie mich morgen zurück",), True),),
+    "fr": (("request", ("rappelez moi demain matin",), True),),
+    "es": (("request", ("por favor llámame mañana",), True),),
+}
+"""Per language: requests of three words or more without a question mark, where the words rule
+and the text model's veto act, and a request cut by a pause after words that ask ("can you tell
+me"). After :data:`_MORE` in the set, so that its utterances keep their pauses."""
+
 LANGUAGES = ("en", *(language for language in _MORE if language != "en"))
 
 
 @cache
 def extended(seed: int = 20) -> tuple[Utterance, ...]:
     """The paused-speech set (English) and, per language of :data:`LANGUAGES`, short turns,
-    statements and paused sentences; pauses drawn from 300-900 ms with a fixed seed."""
+    requests, statements and paused sentences; pauses drawn from 300-900 ms with a fixed
+    seed."""
     rng = random.Random(seed)
     more = tuple(
         Utterance(
@@ -173,7 +189,8 @@ def extended(seed: int = 20) -> tuple[Utterance, ...]:
             voice="piper" if language == "en" else f"espeak:{language}",
             language=language,
         )
-        for language, scripts in _MORE.items()
+        for more_of in (_MORE, _REQUESTS)
+        for language, scripts in more_of.items()
         for kind, phrases, complete in scripts
     )
     return utterances() + more

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
 
-from agent.config import LLMSettings
+from agent.config import LLMSettings, TurnSettings
 from agent.turns import text_end_of_turn
 from agent.turns.text_end_of_turn import (
     STATS,
@@ -129,6 +129,32 @@ async def test_the_model_hears_a_fragment_through_the_recognizers_full_stop(
         await model.close()
     assert fragment is not None and finished is not None
     assert fragment < 0.1 < finished <= 1
+
+
+@requires_local_llm
+async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_requests(
+    local_llm: LLMSettings,
+) -> None:
+    """The veto's default threshold (``turn.text_unfinished_p``) against the model's reading,
+    with the voice assistant's prompt: a request that cannot end here reads 0.000, complete
+    requests 0.05-0.5. At 0.1, the old default, "Please cancel my taxi." (0.052) and "Send me
+    the receipt." (0.072) waited for the bound, and deeper in a conversation most complete
+    requests read under 0.1 (``bench/results/text_end_probe.md``)."""
+    assert local_llm.base_url is not None
+    model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
+    conversation = [
+        ("system", LLMSettings().system_prompt),
+        ("assistant", "Hello! How can I help you today?"),
+    ]
+    going_on = ("Can you tell me.", "Could you check.", "Send me.")
+    complete = ("Please cancel my taxi.", "Send me the receipt.", "Call my mother.")
+    try:
+        heard = {text: await model.probability(text, conversation) for text in going_on + complete}
+    finally:
+        await model.close()
+    threshold = TurnSettings().text_unfinished_p
+    held = {text for text, p in heard.items() if p is not None and p < threshold}
+    assert held == set(going_on), heard
 
 
 async def test_a_server_that_never_answers_gives_no_opinion_in_time(stalled: str) -> None:

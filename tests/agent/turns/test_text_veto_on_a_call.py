@@ -1,13 +1,14 @@
 """The text model's veto on a real phone call: a request that goes on after its pause is not
 answered at the pause.
 
-"Book a table... for two": at the pause the recognizer writes "Book a table." (a full stop
-closes what it heard before the silence), a request by its words, and Smart Turn calls the
-pause complete (0.97), so without the model the bot answered at the pause in every leg of the
-extended bench. The local LLM (the offline profile's SmolLM2, ``turn.text_model`` on) reads
-"book a table" as going on (p 0.03, under ``turn.text_unfinished_p`` 0.1), so the turn waits
-and ends once "for two" has been said. The words come from the Voxtral stand-in, written as
-the turn-taking bench's reference recognizer writes them; the model and its server are real.
+"Can you tell me... the opening hours": at the pause the recognizer writes "Can you tell me."
+(a full stop closes what it heard before the silence), a question by its words, and Smart Turn
+calls the pause complete (0.97 on the phone line), so without the model the bot answers at the
+pause. The local LLM (the offline profile's SmolLM2, ``turn.text_model`` on) all but rules out
+an end after "can you tell me" (p 0.000, under ``turn.text_unfinished_p``, 0.01), so the turn
+waits and ends once "the opening hours" has been said. The words come from the Voxtral
+stand-in, written as the turn-taking bench's reference recognizer writes them; the model and
+its server are real.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ MODEL_TIMEOUT_S = 1.0
 async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     local_llm: LLMSettings, redacted_log: list[str]
 ) -> None:
-    utterance = next(u for u in extended() if u.phrases == ("book a table", "for two"))
+    utterance = next(u for u in extended() if u.phrases[0] == "can you tell me")
     speech, _ = utterance.audio(8000)
     words = ReferenceWords()
     voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
@@ -44,7 +45,7 @@ async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2, turn=turn) as (url, app):
             caller, ended = await call(
-                url, app, "CABOOKATABLE", speech, speaking=lambda at: words.play(utterance, at)
+                url, app, "CATELLME", speech, speaking=lambda at: words.play(utterance, at)
             )
     began = ended - len(speech) / 2 / 8000
     answered = caller.first_loud(began)
@@ -52,4 +53,7 @@ async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     assert answered > ended, f"answered at the pause, {answered - began:.2f} s into the turn"
     ends = [line for line in redacted_log if "turn ends" in line]
     assert len(ends) == 1, f"expected one turn: {ends}"
-    assert app.state.registry.recent()[-1].user_transcript == ["Book a table.", "For two."]
+    assert app.state.registry.recent()[-1].user_transcript == [
+        "Can you tell me.",
+        "The opening hours.",
+    ]

@@ -1,0 +1,175 @@
+"""Where the text model's veto should sit: p(the sentence ends here) for complete requests and
+for requests cut by a pause, at three depths of a conversation.
+
+The veto (``turn.text_unfinished_p``, :mod:`agent.turns.adaptive_stop`) holds a turn whose
+words ask for an answer without a question mark (three words or more) when the model reads
+p(end) below the threshold. The turn-taking set has few such turns, so this asks the model
+directly, offline: the product's client (:class:`~agent.turns.text_end_of_turn.TextEndOfTurn`)
+against the packaged SmolLM2 behind llama.cpp's server, as the default profile runs it, with
+the voice assistant's system prompt and its greeting, then 0, 3 or 6 exchanges of a scripted
+conversation before the user's words. The words are written as a recognizer closes them
+before a pause (a full stop); the client reads them as spoken.
+
+For each threshold it counts the complete requests the veto would hold for the bound (a
+late answer) and the cut ones it would let end at their pause (a false end, when Smart Turn
+also calls the pause complete, as it does for most of them on the phone line). No clock: this
+times nothing, and a run is deterministic on one machine (temperature 0).
+
+    .venv/bin/python -m bench.text_end_probe [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import sys
+import time
+from pathlib import Path
+
+from agent.config import LLMSettings, TurnSettings
+from agent.turns.completeness import SHORT_TURN_WORDS, asks_for_answer, words
+from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
+from bench import peers
+from bench.machine import describe
+
+RESULTS_MD = Path(__file__).parent / "results" / "text_end_probe.md"
+GREETING = "Hello! How can I help you today?"
+EXCHANGES = (
+    ("What's the weather like in Paris today?", "It's sunny, with a high of twenty two degrees."),
+    ("And tomorrow?", "Tomorrow looks cloudy, with some light rain in the afternoon."),
+    ("Can you remind me to take an umbrella?", "Sure, I'll remind you tomorrow morning."),
+    ("Thanks. What time is it now?", "It's a quarter past three in the afternoon."),
+    ("Is the bakery on Rue Cler still open?", "Yes, it's open until seven tonight."),
+    ("How far is it from the Eiffel Tower?", "It's about a ten minute walk from the tower."),
+)
+DEPTHS = (0, 3, 6)
+"""Exchanges before the user's words."""
+COMPLETE = (
+    "Please cancel my taxi.",
+    "Book a table for two people at eight.",
+    "Turn on the lights in the kitchen.",
+    "Call my mother.",
+    "Send me the receipt.",
+    "Tell me a joke.",
+    "Check my last order.",
+    "Play some jazz.",
+    "Set an alarm for seven.",
+    "Read me the news.",
+    "Can you call me back tomorrow.",
+    "Could you check my last order.",
+    "Find a pharmacy near me.",
+    "Cancel my appointment.",
+    "Can you help me with my bill.",
+    "Show me the menu.",
+    "Give me directions to the station.",
+    "Stop the music.",
+    "Transfer me to an agent.",
+)
+CUT = (
+    "Book a table.",
+    "Can you tell me.",
+    "Could you check.",
+    "Could you book.",
+    "Can you send.",
+    "Can you find.",
+    "Please send me.",
+    "Could you give me.",
+    "Please cancel my.",
+    "Can you help me.",
+)
+"""Requests cut by a pause, as the recognizer writes them (a full stop): words that ask, three
+or more, where the veto acts. (One- and two-word turns are left to the words rule: "Send me."
+reads 0.000 as "Stop." does.)"""
+THRESHOLDS = (0.1, 0.05, 0.02, 0.01)
+
+
+def conversation(depth: int) -> Conversation:
+    said: list[tuple[str, str]] = [("system", LLMSettings().system_prompt)]
+    said.append(("assistant", GREETING))
+    for user, bot in EXCHANGES[:depth]:
+        said += [("user", user), ("assistant", bot)]
+    return said
+
+
+async def probe(llm: LLMSettings) -> dict[str, list[float]]:
+    """p(end) per text and depth."""
+    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=30.0)
+    read: dict[str, list[float]] = {}
+    try:
+        for text in COMPLETE + CUT:
+            for depth in DEPTHS:
+                p = await model.probability(text, conversation(depth))
+                if p is None:
+                    raise RuntimeError(f"the model gave no answer on {text!r}")
+                read.setdefault(text, []).append(p)
+    finally:
+        await model.close()
+    return read
+
+
+def vetoable(text: str) -> bool:
+    """Whether the veto acts on these words: they ask, without a question mark, and are more
+    than two words (:meth:`AdaptiveUserTurnStopStrategy._beyond_the_veto`)."""
+    return asks_for_answer(text) and len(words(text)) > SHORT_TURN_WORDS and "?" not in text
+
+
+def per_depth(counts: list[int], of: int) -> str:
+    return " / ".join(f"{n} of {of}" for n in counts)
+
+
+def render(read: dict[str, list[float]], took_s: float) -> str:
+    when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    depths = " | ".join(f"after {d} exchanges" for d in DEPTHS)
+    lines = [
+        "## Where the veto should sit: p(end) on requests (`bench/text_end_probe.py`)",
+        "",
+        f"{when}, {describe()}, {took_s:.0f} s. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-"
+        "python's server as the default profile runs it; the voice assistant's system prompt "
+        "and greeting, then the exchanges of a scripted conversation. The default threshold "
+        f"(`turn.text_unfinished_p`) is {TurnSettings().text_unfinished_p}.",
+        "",
+        "| threshold | complete requests held for the bound | cut requests let end at the pause |",
+        "|---|---|---|",
+    ]
+    asking = [text for text in CUT if vetoable(text)]
+    complete = [text for text in COMPLETE if vetoable(text)]
+    for threshold in THRESHOLDS:
+        held = [sum(read[t][i] < threshold for t in complete) for i in range(len(DEPTHS))]
+        let = [sum(read[t][i] >= threshold for t in asking) for i in range(len(DEPTHS))]
+        lines.append(
+            f"| {threshold} | {per_depth(held, len(complete))} | {per_depth(let, len(asking))} |"
+        )
+    lines += [
+        "",
+        f"Each cell counts after {', '.join(map(str, DEPTHS))} exchanges. Per text:",
+        "",
+        f"| words | kind | {depths} |",
+        "|---|---|" + "---|" * len(DEPTHS),
+    ]
+    for text in COMPLETE + CUT:
+        kind = "complete" if text in COMPLETE else "cut at a pause"
+        if not vetoable(text):
+            kind += " (not the veto's: the words rule decides)"
+        cells = " | ".join(f"{p:.3f}" for p in read[text])
+        lines.append(f"| {text} | {kind} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    with peers.local_llm_running() as llm:
+        read = asyncio.run(probe(llm))
+    report = render(read, time.monotonic() - started)
+    print(report)
+    if not args.no_write:
+        RESULTS_MD.write_text(report)
+        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
