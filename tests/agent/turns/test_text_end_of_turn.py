@@ -138,7 +138,7 @@ async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_
     """The veto's default threshold (``turn.text_unfinished_p``) against the model's reading,
     with the voice assistant's prompt: a request that cannot end here reads 0.000, complete
     requests 0.05-0.5. At 0.1, the old default, "Please cancel my taxi." (0.052) and "Send me
-    the receipt." (0.072) waited for the bound, and deeper in a conversation most complete
+    the receipt." (0.072) waited for the bound, and after three exchanges 6 of 19 complete
     requests read under 0.1 (``bench/results/text_end_probe.md``)."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
@@ -146,7 +146,7 @@ async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_
         ("system", LLMSettings().system_prompt),
         ("assistant", "Hello! How can I help you today?"),
     ]
-    going_on = ("Can you tell me.", "Could you check.", "Send me.")
+    going_on = ("Can you tell me.", "Could you check.", "Please send me.")
     complete = ("Please cancel my taxi.", "Send me the receipt.", "Call my mother.")
     try:
         heard = {text: await model.probability(text, conversation) for text in going_on + complete}
