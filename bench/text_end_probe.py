@@ -11,9 +11,9 @@ conversation before the user's words. The words are written as a recognizer clos
 before a pause (a full stop); the client reads them as spoken.
 
 For each threshold it counts the complete requests the veto would hold for the bound (a
-late answer) and the cut ones it would let end at their pause (a false end, when Smart Turn
-also calls the pause complete, as it does for most of them on the phone line). No clock: this
-times nothing, and a run is deterministic on one machine (temperature 0).
+late answer) and the cut ones it would let end at their pause (a false end when Smart Turn
+also calls the pause complete, as it does for "can you tell me" on the phone line, 0.97). No
+clock: this times nothing, and a run is deterministic on one machine (temperature 0).
 
     .venv/bin/python -m bench.text_end_probe [--no-write]
 """
