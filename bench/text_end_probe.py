@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from agent.config import LLMSettings, TurnSettings
-from agent.turns.completeness import SHORT_TURN_WORDS, asks_for_answer, words
+from agent.turns.adaptive_stop import beyond_the_veto
+from agent.turns.completeness import asks_for_answer
 from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
 from bench import peers
 from bench.machine import describe
@@ -109,9 +110,9 @@ async def probe(llm: LLMSettings) -> dict[str, list[float]]:
 
 
 def vetoable(text: str) -> bool:
-    """Whether the veto acts on these words: they ask, without a question mark, and are more
-    than two words (:meth:`AdaptiveUserTurnStopStrategy._beyond_the_veto`)."""
-    return asks_for_answer(text) and len(words(text)) > SHORT_TURN_WORDS and "?" not in text
+    """Whether the veto acts on these words: they ask, and the strategy does not leave them to
+    the words rule (:func:`~agent.turns.adaptive_stop.beyond_the_veto`)."""
+    return asks_for_answer(text) and not beyond_the_veto(text)
 
 
 def per_depth(counts: list[int], of: int) -> str:

@@ -129,6 +129,18 @@ TEXT_CHECKS = ("asks", "unfinished")
 it asks for an answer, or only that it does not stop on an unfinished word."""
 
 
+def beyond_the_veto(text: str) -> bool:
+    """Words that ask which the text model's veto leaves to the words rule:
+    - one or two words ("Yes.", "Cancel it."): too little for the model to read (with no
+      question from the bot before it, "Stop" gets p(end) 0.000, "No" 0.03);
+    - a question the recognizer closed with a question mark: it heard the question in the
+      voice, while the model reads bare words, and hardly any but English ("Wann fängt der
+      Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench)."""
+    if len(words(text)) <= SHORT_TURN_WORDS:
+        return True
+    return ends_with_question_mark(last_sentence(text))
+
+
 class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     """A short wait after a complete question, the longer one (the upper bound) otherwise."""
 
@@ -400,19 +412,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if p is None:  # no model, or it did not answer: the words decide, as without it
             return asks
         if asks:
-            return p >= self._text_unfinished_p or self._beyond_the_veto()
+            return p >= self._text_unfinished_p or beyond_the_veto(self._text)
         return p >= self._text_end_p and not ends_unfinished(self._text)
-
-    def _beyond_the_veto(self) -> bool:
-        """A turn that asks and that the text model's veto leaves to the words:
-        - one or two words ("Yes.", "Cancel it."): too little for the model to read (with no
-          question from the bot before it, "Stop" gets p(end) 0.000, "No" 0.03);
-        - a question the recognizer closed with a question mark: it heard the question in the
-          voice, while the model reads bare words, and hardly any but English ("Wann fängt
-          der Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench)."""
-        if len(words(self._text)) <= SHORT_TURN_WORDS:
-            return True
-        return ends_with_question_mark(last_sentence(self._text))
 
     def _text_model_would_decide(self) -> bool:
         """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
@@ -424,7 +425,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
-            return self._text_unfinished_p > 0 and not self._beyond_the_veto()
+            return self._text_unfinished_p > 0 and not beyond_the_veto(self._text)
         return self._text_end_p <= 1 and not ends_unfinished(self._text)
 
     async def _ask_text_model(self) -> None:
