@@ -265,7 +265,7 @@ class PipelineTrack:
 
         from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
         from agent.stt.client import RealtimeTranscriber
-        from pipelines.analytics import VAD_STOP_SECS
+        from pipelines.analytics import VAD_STOP_SECS, final_wait_s
         from pipelines.services import stt_service
 
         self._transcriber = RealtimeTranscriber(
@@ -275,6 +275,7 @@ class PipelineTrack:
             report_speech=True,
         )
         self._on_event = on_event
+        self._final_wait_s = final_wait_s(settings)
         self._relay: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -285,11 +286,9 @@ class PipelineTrack:
         await self._transcriber.feed_frame(pcm)
 
     async def close(self, *, finish: bool) -> None:
-        from pipelines.analytics import FINAL_TIMEOUT_S
-
         if finish:
             with contextlib.suppress(TimeoutError):
-                await self._transcriber.finish(timeout=FINAL_TIMEOUT_S)
+                await self._transcriber.finish(timeout=self._final_wait_s)
         await self._transcriber.__aexit__(None, None, None)
         if self._relay is not None:
             while not self._transcriber.events.empty():

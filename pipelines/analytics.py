@@ -42,8 +42,17 @@ if TYPE_CHECKING:
 VAD_STOP_SECS = 0.5
 """A pause this long ends an utterance (no turn to hand over: the captions' value)."""
 
-FINAL_TIMEOUT_S = 5.0
-"""At the end of the stream, how long the last utterance's final transcript may take."""
+
+def final_wait_s(settings: STTSettings) -> float:
+    """At the end of the stream, how long the last utterance's final transcript may take.
+
+    Nobody waits on it (the call is over) and a record without its last words is worse than a
+    slot held a few seconds longer, so the wait covers the STT's own handling of a slow final:
+    overdue at ``final_timeout_s``, the generation restarted with its audio replayed, and that
+    replay's final. A flat 5 s lost the last words of a long utterance (a card number read out,
+    8.9 s of audio) when a busy CPU recognizer took longer (CI, 2026-12-05).
+    """
+    return 3 * settings.params.final_timeout_s
 
 
 class TrackTranscription:
@@ -69,6 +78,7 @@ class TrackTranscription:
             preroll_s=settings.params.preroll_s,
         )
         self._on_event = on_event
+        self._final_wait_s = final_wait_s(settings)
         self._relay: asyncio.Task[None] | None = None
         self._idle_watch: asyncio.TimerHandle | None = None
         self._idle_stop: asyncio.Task[None] | None = None
@@ -106,7 +116,7 @@ class TrackTranscription:
             if edge is not None:
                 self._report(edge)
             with contextlib.suppress(TimeoutError):
-                await self._transcriber.finish(timeout=FINAL_TIMEOUT_S)
+                await self._transcriber.finish(timeout=self._final_wait_s)
         await self._transcriber.__aexit__(None, None, None)
         if self._idle_stop is not None:
             await asyncio.gather(self._idle_stop, return_exceptions=True)

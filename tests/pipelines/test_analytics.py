@@ -12,6 +12,7 @@ from pipecat.audio.vad.vad_analyzer import VADParams
 from agent.config import STTSettings
 from agent.fastpath.shared_silero import SharedSileroVADAnalyzer
 from agent.stt.client import RealtimeTranscriber, TranscriptEvent
+from agent.stt.params import RealtimeSTTParams
 from pipelines.analytics import VAD_STOP_SECS, TrackTranscription
 from pipelines.services import stt_service
 from tests.conftest import requires_espeak
@@ -94,6 +95,27 @@ async def test_a_track_ending_mid_speech_stops_its_stretch_and_waits_for_its_fin
     assert [kind for kind, _ in speech(events)] == ["speech_started", "speech_stopped"]
     assert speech(events)[-1][1] == len(cut) / 2 / RATE  # at the end of the audio
     assert [e.kind for e in events][-1] == "final"
+
+
+@requires_espeak
+async def test_a_final_later_than_the_stt_timeout_at_the_end_of_the_stream_is_still_kept() -> None:
+    """A busy recognizer: the last utterance's final is overdue by the STT's own measure, the
+    STT restarts the generation and replays it, and the stream's end waits for that replay."""
+    pcm = conversation(RATE, gaps=(0.5,))
+    cut = pcm[: 25 * FRAME_BYTES]
+    events: list[TranscriptEvent] = []
+    release = asyncio.Event()
+    async with RealtimePeer(keep_audio=False, hold_finals=release) as peer:
+        slow = settings(peer.url).model_copy(
+            update={"params": RealtimeSTTParams(final_timeout_s=1.0)}
+        )
+        track = TrackTranscription(slow, sample_rate=RATE, on_event=events.append)
+        await track.start()
+        for frame in frames_of(cut, FRAME_BYTES):
+            await track.feed(frame)
+        asyncio.get_running_loop().call_later(1.6, release.set)  # past the 1 s final timeout
+        await asyncio.wait_for(track.close(finish=True), 10)
+    assert [e.kind for e in events if e.kind == "final"] == ["final"]
 
 
 @requires_espeak
