@@ -32,6 +32,8 @@ OPERATOR = "operator-secret"
 DESK = "+15550100"
 CALLER_SAYS = "what is the weather like in paris today"
 AGENT_SAYS = "please call me back tomorrow morning"
+CALL_END_S = 25
+"""A stream's end waits up to 15 s for its last finals (pipelines.analytics.final_wait_s)."""
 
 
 def analytics_settings(asr_url: str, asr_model: str, tts_url: str, **analytics: Any) -> Any:
@@ -91,7 +93,7 @@ async def test_both_tracks_are_transcribed_each_as_its_own_speaker(
         assert call.kind == f"{carrier.name}-analytics"
         await stream.play(tracks)
         await stream.stop()
-        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await async_wait_for(lambda: call.released, timeout_s=CALL_END_S, what="the call to end")
         await stream.close()
     record = call.as_record()
     assert record["end_reason"] == "caller hung up"
@@ -119,7 +121,7 @@ async def test_overlapping_speech_keeps_both_speakers_words(server: tuple[str, F
         call = registry.calls()[0]
         await stream.play(tracks)
         await stream.stop()
-        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await async_wait_for(lambda: call.released, timeout_s=CALL_END_S, what="the call to end")
         await stream.close()
     by_speaker = {u["speaker"]: u for u in call.as_record()["utterances"]}
     assert heard(by_speaker["caller"]["text"], CALLER_SAYS), by_speaker
@@ -177,7 +179,9 @@ async def test_drain_ends_a_listen_only_stream_with_going_away(
                 await asyncio.gather(playing, return_exceptions=True)
                 assert ws.close_code == 1001
                 await stream.close()
-            await async_wait_for(lambda: registry.stats.active == 0, timeout_s=15, what="the end")
+            await async_wait_for(
+                lambda: registry.stats.active == 0, timeout_s=CALL_END_S, what="the end"
+            )
             ended = registry.recent()[-1]
             assert ended.end_reason == "drain" and registry.stats.active == 0
 
@@ -225,7 +229,7 @@ async def test_numbers_said_on_the_call_are_redacted_before_they_are_kept(
         call = registry.calls()[0]
         await stream.play(tracks)
         await stream.stop()
-        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await async_wait_for(lambda: call.released, timeout_s=CALL_END_S, what="the call to end")
         await stream.close()
     record = call.as_record()
     by_speaker = {u["speaker"]: u["text"] for u in record["utterances"]}
@@ -260,7 +264,7 @@ async def test_malformed_messages_are_counted_and_ignored_and_the_call_goes_on(
             await ws.send(junk)
         await stream.play(timeline([(0.3, "inbound", ulaw_speech(CALLER_SAYS))], total_s=4.5))
         await stream.stop()
-        await async_wait_for(lambda: call.released, timeout_s=15, what="the call to end")
+        await async_wait_for(lambda: call.released, timeout_s=CALL_END_S, what="the call to end")
         await stream.close()
     (utterance,) = call.as_record()["utterances"]
     assert utterance["speaker"] == "caller" and heard(utterance["text"], CALLER_SAYS)
