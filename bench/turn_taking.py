@@ -142,6 +142,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_model": True,
         "text_unfinished_p": 0.01,
     },
+    "adaptive + Smart Turn + text-model veto below 0.001, bound 1.3 s": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": 0.001,
+    },
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,
         "smart_turn": True,

@@ -136,10 +136,11 @@ async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_
     local_llm: LLMSettings,
 ) -> None:
     """The veto's default threshold (``turn.text_unfinished_p``) against the model's reading,
-    with the voice assistant's prompt: a request that cannot end here reads 0.000, complete
-    requests 0.05-0.5. At 0.1, the old default, "Please cancel my taxi." (0.052) and "Send me
-    the receipt." (0.072) waited for the bound, and after three exchanges 6 of 19 complete
-    requests read under 0.1 (``bench/results/text_end_probe.md``)."""
+    with the voice assistant's prompt: a request that cannot end here reads exactly 0 (the
+    reading sums the end marks among the model's 20 likeliest next tokens, and none is there),
+    complete requests 0.05-0.5. At 0.1, the first default, "Please cancel my taxi." (0.052) and
+    "Send me the receipt." (0.072) waited for the bound, and after three exchanges 6 of 19
+    complete requests read under 0.1 (``bench/results/text_end_probe.md``)."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
     conversation = [
@@ -155,6 +156,8 @@ async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_
     threshold = TurnSettings().text_unfinished_p
     held = {text for text, p in heard.items() if p is not None and p < threshold}
     assert held == set(going_on), heard
+    assert all(heard[text] == 0.0 for text in going_on), heard
+    assert min(p or 0.0 for text, p in heard.items() if text in complete) > 2 * threshold, heard
 
 
 async def test_a_server_that_never_answers_gives_no_opinion_in_time(stalled: str) -> None:
