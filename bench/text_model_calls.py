@@ -1,0 +1,149 @@
+"""Many calls on one llama.cpp server: what the text end-of-turn model's answers become.
+
+The offline profile asks its one llama.cpp server (SmolLM2 behind llama-cpp-python, which
+answers one request at a time) both for the answers and, with ``turn.text_model`` on, for
+p(the user's sentence ends here) before a request is answered. With one call the model answers
+in about 0.2 s; with several, its question waits behind other calls' answers, and past
+``turn.text_timeout_s`` (0.35 s) the turn decides without it (:mod:`agent.turns.adaptive_stop`).
+This bench plays N conversations at once against one server as the product starts it, each
+turn as the product runs it: the model asked with the product's timeout, then the answer
+streamed; between turns the caller listens and speaks (1-3 s, seeded). Per N: how many of
+the model's questions were answered in time, their time, and the answers' time to first token,
+against N = 1 in the same run.
+
+    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--rounds 2] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from agent.config import LLMSettings, TurnSettings
+from agent.turns.text_end_of_turn import TextEndOfTurn
+from bench import peers
+from bench.local_llm import percentile, stream_chat
+from bench.machine import describe
+from bench.text_model_cost import GREETING, TURNS
+
+RESULTS_MD = Path(__file__).parent / "results" / "text_model_calls.md"
+BETWEEN_TURNS_S = (1.0, 3.0)
+"""The caller hears the answer out and speaks the next turn: seconds from one answer's end to
+the next question."""
+
+
+@dataclass
+class Leg:
+    """One N: every model question and answer of its conversations."""
+
+    asked: int = 0
+    in_time: list[float] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list)
+    in_time_by_turn: list[int] = field(default_factory=lambda: [0] * len(TURNS))
+    """Questions answered in time, per turn of the conversation (the prompt grows)."""
+
+
+async def conversation(llm: LLMSettings, leg: Leg, rng: random.Random, timeout_s: float) -> None:
+    system = LLMSettings().system_prompt
+    messages = [{"role": "system", "content": system}, {"role": "assistant", "content": GREETING}]
+    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s)
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))  # calls do not start in step
+            for turn, words in enumerate(TURNS):
+                started = time.perf_counter()
+                p = await model.probability(words, [(m["role"], m["content"]) for m in messages])
+                leg.asked += 1
+                if p is not None:
+                    leg.in_time.append(time.perf_counter() - started)
+                    leg.in_time_by_turn[turn] += 1
+                messages.append({"role": "user", "content": words})
+                answer = await stream_chat(http, llm, messages, temperature=0)
+                messages.append({"role": "assistant", "content": answer.text.strip()})
+                leg.ttfts.append(answer.ttft_s)
+                await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))
+        finally:
+            await model.close()
+
+
+async def play(llm: LLMSettings, calls: int, rounds: int, seed: int, timeout_s: float) -> Leg:
+    leg = Leg()
+    for round_ in range(rounds):
+        rngs = [random.Random(seed + 1000 * round_ + n) for n in range(calls)]
+        await asyncio.gather(*(conversation(llm, leg, rng, timeout_s) for rng in rngs))
+    return leg
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{1000 * percentile(values, q):.0f}" if values else "-"
+
+
+def render(legs: dict[int, Leg], rounds: int, took_s: float, load: tuple[float, float]) -> str:
+    when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    timeout_s = TurnSettings().text_timeout_s
+    base = legs[min(legs)]
+    lines = [
+        "## Many calls on one llama.cpp server: the text model's answers "
+        "(`bench/text_model_calls.py`)",
+        "",
+        f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
+        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-python's "
+        "server as the default profile starts it (1 thread, one request at a time). Each call "
+        f"plays a six-turn conversation, {rounds} rounds: before each answer the model is asked "
+        f"with the product's timeout ({timeout_s} s), then the answer is streamed (at most 60 "
+        f"tokens); {BETWEEN_TURNS_S[0]:g}-{BETWEEN_TURNS_S[1]:g} s between an answer's end and "
+        "the next question.",
+        "",
+        "| calls at once | model answered in time | in time, per turn 1-6 | its time p50 / p95 "
+        "| answer's first token p50 / p95 | answer p95 / one call's |",
+        "|---|---|---|---|---|---|",
+    ]
+    base_p95 = percentile(base.ttfts, 0.95)
+    for calls, leg in legs.items():
+        ratio = f"{percentile(leg.ttfts, 0.95) / base_p95:.2f}x"
+        lines.append(
+            f"| {calls} | {len(leg.in_time)} of {leg.asked} | "
+            f"{' '.join(map(str, leg.in_time_by_turn))} (of {leg.asked // len(TURNS)}) | "
+            f"{ms(leg.in_time, 0.5)} / "
+            f"{ms(leg.in_time, 0.95)} ms | {ms(leg.ttfts, 0.5)} / {ms(leg.ttfts, 0.95)} ms | "
+            f"{ratio} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", default="1,2,4", help="comma list of calls at once")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    counts = sorted({int(n) for n in args.calls.split(",")})
+    timeout_s = TurnSettings().text_timeout_s
+    started, load_before = time.monotonic(), os.getloadavg()[0]
+    legs: dict[int, Leg] = {}
+    with peers.local_llm_running() as llm:
+        asyncio.run(play(llm, 1, 1, args.seed, timeout_s))  # warm the server: not counted
+        for calls in counts:
+            legs[calls] = asyncio.run(play(llm, calls, args.rounds, args.seed, timeout_s))
+    report = render(
+        legs, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
+    )
+    print(report)
+    if not args.no_write:
+        RESULTS_MD.write_text(report)
+        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
