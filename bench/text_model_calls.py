@@ -9,7 +9,8 @@ This bench plays N conversations at once against one server as the product start
 turn as the product runs it: the model asked with the product's timeout, then the answer
 streamed; between turns the caller listens and speaks (1-3 s, seeded). Per N: how many of
 the model's questions were answered in time, their time, and the answers' time to first token,
-against N = 1 in the same run.
+against N = 1 in the same run. Each N twice: the model asked before every answer (as before),
+and as the product asks it now, resting for three questions after two late answers in a row.
 
     .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--rounds 2] [--no-write]
 """
@@ -29,13 +30,15 @@ from pathlib import Path
 import httpx
 
 from agent.config import LLMSettings, TurnSettings
-from agent.turns.text_end_of_turn import TextEndOfTurn
+from agent.turns.text_end_of_turn import REST_FOR, TextEndOfTurn
 from bench import peers
 from bench.local_llm import percentile, stream_chat
 from bench.machine import describe
 from bench.text_model_cost import GREETING, TURNS
 
 RESULTS_MD = Path(__file__).parent / "results" / "text_model_calls.md"
+SCRIPT = TURNS * 2
+"""A conversation: the cost bench's six turns, twice over (a longer call; the prompt grows)."""
 BETWEEN_TURNS_S = (1.0, 3.0)
 """The caller hears the answer out and speaks the next turn: seconds from one answer's end to
 the next question."""
@@ -46,23 +49,35 @@ class Leg:
     """One N: every model question and answer of its conversations."""
 
     asked: int = 0
+    waits: list[float] = field(default_factory=list)
+    """What each turn spent on the model: its answer, the timeout, or nothing (resting)."""
     in_time: list[float] = field(default_factory=list)
     ttfts: list[float] = field(default_factory=list)
-    in_time_by_turn: list[int] = field(default_factory=lambda: [0] * len(TURNS))
+    in_time_by_turn: list[int] = field(default_factory=lambda: [0] * len(SCRIPT))
     """Questions answered in time, per turn of the conversation (the prompt grows)."""
 
 
-async def conversation(llm: LLMSettings, leg: Leg, rng: random.Random, timeout_s: float) -> None:
+MODES: dict[str, int] = {
+    "asked every turn (before)": 0,
+    "rests after late answers (now)": REST_FOR,
+}
+"""The call's client's ``rest_for``."""
+
+
+async def conversation(
+    llm: LLMSettings, leg: Leg, rng: random.Random, timeout_s: float, mode: str
+) -> None:
     system = LLMSettings().system_prompt
     messages = [{"role": "system", "content": system}, {"role": "assistant", "content": GREETING}]
-    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s)
+    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s, rest_for=MODES[mode])
     async with httpx.AsyncClient(timeout=120) as http:
         try:
             await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))  # calls do not start in step
-            for turn, words in enumerate(TURNS):
+            for turn, words in enumerate(SCRIPT):
                 started = time.perf_counter()
                 p = await model.probability(words, [(m["role"], m["content"]) for m in messages])
                 leg.asked += 1
+                leg.waits.append(time.perf_counter() - started)
                 if p is not None:
                     leg.in_time.append(time.perf_counter() - started)
                     leg.in_time_by_turn[turn] += 1
@@ -75,11 +90,13 @@ async def conversation(llm: LLMSettings, leg: Leg, rng: random.Random, timeout_s
             await model.close()
 
 
-async def play(llm: LLMSettings, calls: int, rounds: int, seed: int, timeout_s: float) -> Leg:
+async def play(
+    llm: LLMSettings, calls: int, rounds: int, seed: int, timeout_s: float, mode: str
+) -> Leg:
     leg = Leg()
     for round_ in range(rounds):
         rngs = [random.Random(seed + 1000 * round_ + n) for n in range(calls)]
-        await asyncio.gather(*(conversation(llm, leg, rng, timeout_s) for rng in rngs))
+        await asyncio.gather(*(conversation(llm, leg, rng, timeout_s, mode) for rng in rngs))
     return leg
 
 
@@ -87,10 +104,12 @@ def ms(values: list[float], q: float) -> str:
     return f"{1000 * percentile(values, q):.0f}" if values else "-"
 
 
-def render(legs: dict[int, Leg], rounds: int, took_s: float, load: tuple[float, float]) -> str:
+def render(
+    legs: dict[tuple[int, str], Leg], rounds: int, took_s: float, load: tuple[float, float]
+) -> str:
     when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     timeout_s = TurnSettings().text_timeout_s
-    base = legs[min(legs)]
+    base = next(iter(legs.values()))  # the fewest calls, asked every turn
     lines = [
         "## Many calls on one llama.cpp server: the text model's answers "
         "(`bench/text_model_calls.py`)",
@@ -98,23 +117,25 @@ def render(legs: dict[int, Leg], rounds: int, took_s: float, load: tuple[float, 
         f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
         f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-python's "
         "server as the default profile starts it (1 thread, one request at a time). Each call "
-        f"plays a six-turn conversation, {rounds} rounds: before each answer the model is asked "
+        f"plays a twelve-turn conversation, {rounds} rounds: before each answer the model is asked "
         f"with the product's timeout ({timeout_s} s), then the answer is streamed (at most 60 "
         f"tokens); {BETWEEN_TURNS_S[0]:g}-{BETWEEN_TURNS_S[1]:g} s between an answer's end and "
         "the next question.",
         "",
-        "| calls at once | model answered in time | in time, per turn 1-6 | its time p50 / p95 "
-        "| answer's first token p50 / p95 | answer p95 / one call's |",
-        "|---|---|---|---|---|---|",
+        "| calls at once | the model | answered in time | in time, per turn 1-12 | in-time "
+        "answer p50 / p95 | turn's wait for it, mean | answer's first token p50 / p95 | answer "
+        "p95 / one call's |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     base_p95 = percentile(base.ttfts, 0.95)
-    for calls, leg in legs.items():
+    for (calls, mode), leg in legs.items():
         ratio = f"{percentile(leg.ttfts, 0.95) / base_p95:.2f}x"
         lines.append(
-            f"| {calls} | {len(leg.in_time)} of {leg.asked} | "
-            f"{' '.join(map(str, leg.in_time_by_turn))} (of {leg.asked // len(TURNS)}) | "
+            f"| {calls} | {mode} | {len(leg.in_time)} of {leg.asked} | "
+            f"{' '.join(map(str, leg.in_time_by_turn))} (of {leg.asked // len(SCRIPT)}) | "
             f"{ms(leg.in_time, 0.5)} / "
-            f"{ms(leg.in_time, 0.95)} ms | {ms(leg.ttfts, 0.5)} / {ms(leg.ttfts, 0.95)} ms | "
+            f"{ms(leg.in_time, 0.95)} ms | {1000 * sum(leg.waits) / len(leg.waits):.0f} ms | "
+            f"{ms(leg.ttfts, 0.5)} / {ms(leg.ttfts, 0.95)} ms | "
             f"{ratio} |"
         )
     return "\n".join(lines) + "\n"
@@ -130,11 +151,15 @@ def main(argv: list[str]) -> int:
     counts = sorted({int(n) for n in args.calls.split(",")})
     timeout_s = TurnSettings().text_timeout_s
     started, load_before = time.monotonic(), os.getloadavg()[0]
-    legs: dict[int, Leg] = {}
+    legs: dict[tuple[int, str], Leg] = {}
+    first_mode = next(iter(MODES))
     with peers.local_llm_running() as llm:
-        asyncio.run(play(llm, 1, 1, args.seed, timeout_s))  # warm the server: not counted
+        asyncio.run(play(llm, 1, 1, args.seed, timeout_s, first_mode))  # warm-up: not counted
         for calls in counts:
-            legs[calls] = asyncio.run(play(llm, calls, args.rounds, args.seed, timeout_s))
+            for mode in MODES:
+                legs[(calls, mode)] = asyncio.run(
+                    play(llm, calls, args.rounds, args.seed, timeout_s, mode)
+                )
     report = render(
         legs, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
     )

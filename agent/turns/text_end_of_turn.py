@@ -65,6 +65,11 @@ MAX_USER_CHARS = 600
 """How much of the user's words the prompt keeps (their end): a long turn adds prompt tokens,
 and time, for nothing the last words do not say."""
 
+LATE_IN_A_ROW = 2
+"""Timeouts in a row after which a call's questions rest (:class:`TextEndOfTurn`)."""
+REST_FOR = 3
+"""Questions not asked after :data:`LATE_IN_A_ROW` timeouts, before the model is tried again."""
+
 Conversation = Sequence[tuple[str, str]]
 """The messages before the user's words, as ``(role, text)``: the system prompt first."""
 
@@ -76,6 +81,8 @@ class TextEndOfTurnStats:
     answered: int = 0
     failed: int = 0
     timed_out: int = 0
+    rested: int = 0
+    """Questions not asked: the call's model was resting after answers that came too late."""
     seconds: float = 0.0
     """Total time of the answered requests."""
 
@@ -111,7 +118,14 @@ class TextEndOfTurn:
     """
 
     def __init__(
-        self, base_url: str, model: str, *, timeout_s: float = 0.35, api_key: str = ""
+        self,
+        base_url: str,
+        model: str,
+        *,
+        timeout_s: float = 0.35,
+        api_key: str = "",
+        late_in_a_row: int = LATE_IN_A_ROW,
+        rest_for: int = REST_FOR,
     ) -> None:
         """
         Args:
@@ -119,9 +133,24 @@ class TextEndOfTurn:
             model: The model name the server answers to.
             timeout_s: The longest a request may take; past it the answer is ``None``.
             api_key: Sent as a bearer token when set.
+            late_in_a_row: After this many timeouts in a row, the next ``rest_for`` questions
+                are not asked (``None`` at once) before the model is tried again. A question
+                that times out costs the turn its wait and the server the request, for no
+                answer, and once a call's conversation has grown the next one is late too
+                (``bench/text_model_calls.py``).
+            rest_for: See ``late_in_a_row``; 0 asks every time.
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s ({timeout_s}) must be positive")
+        if late_in_a_row < 1 or rest_for < 0:
+            raise ValueError(
+                f"late_in_a_row ({late_in_a_row}) must be at least 1, rest_for ({rest_for}) at "
+                "least 0"
+            )
+        self._late_in_a_row = late_in_a_row
+        self._rest_for = rest_for
+        self._late = 0
+        self._resting = 0
         self._url = base_url.rstrip("/") + "/completions"
         self._tokenize_url = base_url.rstrip("/").removesuffix("/v1") + "/extras/tokenize"
         self._model = model
@@ -151,19 +180,30 @@ class TextEndOfTurn:
         spoken = as_spoken(user_text)
         if not spoken:
             return None
+        if self._resting:
+            self._resting -= 1
+            STATS.rested += 1
+            logger.debug("text end of turn: not asked (its last answers came too late)")
+            return None
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.timeout_s):
                 p = await self._ask(chatml_prompt(spoken, conversation))
         except TimeoutError:
             STATS.timed_out += 1
-            logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used")
+            self._late += 1
+            rest = ""
+            if self._late >= self._late_in_a_row and self._rest_for:
+                self._late, self._resting = 0, self._rest_for
+                rest = f"; not asked for the next {self._rest_for} turns that need it"
+            logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used{rest}")
             return None
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as error:
             STATS.failed += 1
             logger.warning(f"text end of turn: {type(error).__name__}: {error}; not used")
             return None
         seconds = time.perf_counter() - started
+        self._late = 0
         STATS.answered += 1
         STATS.seconds += seconds
         logger.debug(f"text end of turn: p={p:.3f} in {1000 * seconds:.0f} ms")

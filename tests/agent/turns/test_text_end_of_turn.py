@@ -171,6 +171,22 @@ async def test_a_server_that_never_answers_gives_no_opinion_in_time(stalled: str
     assert STATS.timed_out == timed_out + 1
 
 
+async def test_after_two_late_answers_in_a_row_the_next_questions_are_not_asked(
+    stalled: str,
+) -> None:
+    """A late answer costs the turn its wait and the server a request, for nothing; in a call
+    whose conversation has grown, the next one is late too (``bench/text_model_calls.py``)."""
+    model = TextEndOfTurn(stalled, "m", timeout_s=0.1, late_in_a_row=2, rest_for=2)
+    timed_out, rested = STATS.timed_out, STATS.rested
+    try:
+        answers = [await model.probability("Call my mother.") for _ in range(5)]
+    finally:
+        await model.close()
+    assert answers == [None] * 5
+    assert STATS.timed_out - timed_out == 3  # asked, asked, rested, rested, asked again
+    assert STATS.rested - rested == 2
+
+
 async def test_a_reset_connection_gives_no_opinion(resetting: str) -> None:
     model = TextEndOfTurn(resetting, "m", timeout_s=2.0)
     failed = STATS.failed
