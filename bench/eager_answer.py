@@ -38,6 +38,7 @@ import httpx
 import websockets
 
 from bench import peers
+from bench.report import publish
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.paused_speech import utterances
 from tests.fakes.serving import background, free_port
@@ -211,10 +212,7 @@ def main(argv: list[str]) -> int:
 
 def report(rows: list[Row], args: argparse.Namespace, started: float, stt: str) -> int:
     text = render(rows, args.ttft, time.monotonic() - started, stt)
-    print(text)
-    if not args.no_write:
-        RESULTS_MD.write_text(text)
-        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    publish(text, None if args.no_write else RESULTS_MD)
     return 0
 
 

@@ -33,6 +33,7 @@ from agent.turns.completeness import asks_for_answer
 from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
 from bench import peers
 from bench.machine import describe
+from bench.report import publish
 
 RESULTS_MD = Path(__file__).parent / "results" / "text_end_probe.md"
 GREETING = "Hello! How can I help you today?"
@@ -182,10 +183,7 @@ def main(argv: list[str]) -> int:
     with peers.local_llm_running() as llm:
         read = asyncio.run(probe(llm))
     report = render(read, time.monotonic() - started)
-    print(report)
-    if not args.no_write:
-        RESULTS_MD.write_text(report)
-        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    publish(report, None if args.no_write else RESULTS_MD)
     return 0
 
 

@@ -34,6 +34,7 @@ from agent.turns.text_end_of_turn import REST_FOR, TextEndOfTurn
 from bench import peers
 from bench.local_llm import percentile, stream_chat
 from bench.machine import describe
+from bench.report import publish
 from bench.text_model_cost import GREETING, TURNS
 
 RESULTS_MD = Path(__file__).parent / "results" / "text_model_calls.md"
@@ -163,10 +164,7 @@ def main(argv: list[str]) -> int:
     report = render(
         legs, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
     )
-    print(report)
-    if not args.no_write:
-        RESULTS_MD.write_text(report)
-        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    publish(report, None if args.no_write else RESULTS_MD)
     return 0
 
 

@@ -35,6 +35,7 @@ from agent.turns.text_end_of_turn import TextEndOfTurn
 from bench import peers
 from bench.local_llm import stream_chat
 from bench.machine import describe
+from bench.report import publish
 
 RESULTS_MD = Path(__file__).parent / "results" / "text_model_cost.md"
 GREETING = "Hello! How can I help you today?"
@@ -128,10 +129,7 @@ def main(argv: list[str]) -> int:
     report = render(
         rows, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
     )
-    print(report)
-    if not args.no_write:
-        RESULTS_MD.write_text(report)
-        print(f"written to {RESULTS_MD}", file=sys.stderr)
+    publish(report, None if args.no_write else RESULTS_MD)
     return 0
 
 

@@ -58,6 +58,7 @@ import websockets
 from agent.local.supervisor import Supervisor
 from agent.observability.metrics import STAGES
 from bench import machine
+from bench.report import publish
 from bench.voice_latency import TurnLines, turn_lines
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.serving import free_port
@@ -479,10 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                 run(turns, args.first_token_ms / 1e3, interim=name == "interim")
             )
     text = report(runs, args.first_token_ms / 1e3, (before, uptime()))
-    print(text)
-    if not args.quick:
-        RESULTS.write_text(text, encoding="utf-8")
-        print(f"written to {RESULTS}", file=sys.stderr)
+    publish(text, None if args.quick else RESULTS)
     return 0
 
 

@@ -57,6 +57,7 @@ from typing import Any
 import websockets
 
 from bench import machine, peers
+from bench.report import publish
 from tests.fakes.line_noise import NOISES, Noise, line
 from tests.fakes.paused_speech import Utterance, extended, utterances
 from tests.fakes.realtime_peer import RealtimePeer
@@ -674,11 +675,8 @@ def main(argv: list[str]) -> int:
             peers.stop_process(llm)
     took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])
     report = (render_extended if args.set == "extended" else render)(runs, took, load)
-    print(report)
-    if not args.no_write:
-        output = args.output or (EXTENDED_MD if args.set == "extended" else RESULTS_MD)
-        output.write_text(report)
-        print(f"written to {output}", file=sys.stderr)
+    output = args.output or (EXTENDED_MD if args.set == "extended" else RESULTS_MD)
+    publish(report, None if args.no_write else output)
     return 0
 
 
