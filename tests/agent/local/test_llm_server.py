@@ -30,7 +30,7 @@ def test_the_default_profile_starts_it_on_loopback_with_its_sized_settings() -> 
     def option(name: str) -> str:
         return argv[argv.index(name) + 1]
 
-    assert argv[1:3] == ["-m", "llama_cpp.server"]
+    assert argv[1:3] == ["-m", "agent.local.llm_app"]
     assert Path(option("--model")) == packaged_model()
     assert option("--host") == "127.0.0.1"
     assert option("--port") == str(llm.local.port)
@@ -40,6 +40,8 @@ def test_the_default_profile_starts_it_on_loopback_with_its_sized_settings() -> 
     assert option("--n_batch") == str(llm.local.n_batch)
     # One call's answer is never cut short because another call asked meanwhile.
     assert option("--interrupt_requests") == "False"
+    # Answers keep only their last position's logits; one-token logprobs are llm_app's own.
+    assert option("--logits_all") == "False"
     assert child.ready_url == f"http://127.0.0.1:{llm.local.port}/v1/models"
     assert llm.base_url == f"http://127.0.0.1:{llm.local.port}/v1"
 
@@ -65,3 +67,39 @@ async def test_the_running_server_streams_a_chat_answer_under_its_alias(
                     pieces.append(delta.get("content") or "")
     assert len([p for p in pieces if p]) > 1  # streamed, piece by piece
     assert "".join(pieces).strip()
+
+
+async def test_the_running_server_gives_one_next_tokens_logprobs_and_refuses_more(
+    local_llm: LLMSettings,
+) -> None:
+    """The text end of turn's question (one token at temperature 0, 20 likeliest) is answered
+    with the model running ``logits_all`` off; a logprobs request it cannot serve so gets a 400
+    that says what it can, and the server goes on answering."""
+    async with httpx.AsyncClient(base_url=str(local_llm.base_url), timeout=60) as http:
+        question = {
+            "model": local_llm.model,
+            "prompt": "<|im_start|>user\nis the store open today",
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": 20,
+        }
+        answer = await http.post("/completions", json=question)
+        assert answer.status_code == 200, answer.text
+        (choice,) = answer.json()["choices"]
+        (top,) = choice["logprobs"]["top_logprobs"]
+        assert len(top) >= 20 and all(value <= 0 for value in top.values())
+        assert answer.json()["model"] == local_llm.model
+
+        for wrong in ({"max_tokens": 5}, {"temperature": 0.7}, {"stream": True}, {"echo": True}):
+            refused = await http.post("/completions", json={**question, **wrong})
+            assert refused.status_code == 400, (wrong, refused.text)
+            assert "one greedy next token only" in refused.json()["detail"]
+        too_long = await http.post("/completions", json={**question, "prompt": "word " * 9000})
+        assert too_long.status_code == 400
+        assert "exceed context window" in too_long.json()["detail"]
+
+        plain = {"model": local_llm.model, "prompt": "The sky is", "max_tokens": 3}
+        completion = await http.post("/completions", json=plain)  # llama-cpp-python's own
+        assert completion.status_code == 200 and "logprobs" in completion.json()["choices"][0]
+        again = await http.post("/completions", json=question)
+        assert again.json()["choices"][0]["logprobs"]["top_logprobs"] == [top]

@@ -1,0 +1,113 @@
+"""llama.cpp's OpenAI-compatible server, with one-token logprobs read from the last position.
+
+Run as ``python -m agent.local.llm_app`` with ``python -m llama_cpp.server``'s own options
+(:func:`agent.local.llm_server.llm_server_argv`). It is llama-cpp-python's app, every route
+unchanged, but for ``/v1/completions`` with ``logprobs``: the text end of turn's question
+(one token, temperature 0) is answered by :func:`~agent.local.next_token.next_token_completion`,
+whose cost does not grow with the conversation. So the model can run with ``logits_all`` off,
+and the answers no longer keep a vocabulary-wide row of logits for every token they read.
+Other logprobs requests, which llama-cpp-python could not serve with ``logits_all`` off, get a
+400 saying what this server gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from typing import Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Request, status
+from llama_cpp.server import app as llama_app
+from llama_cpp.server.cli import add_args_from_model
+from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+from llama_cpp.server.types import CreateCompletionRequest
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from agent.local.next_token import PromptTooLong, next_token_completion
+
+ONE_TOKEN_ONLY = (
+    "this server reports logprobs for one greedy next token only: send max_tokens 1, "
+    "temperature 0, a single prompt, and no stream, echo, suffix, grammar or n above 1"
+)
+
+
+def _reads_one_next_token(body: CreateCompletionRequest) -> bool:
+    return (
+        body.max_tokens == 1
+        and body.temperature == 0
+        and not body.stream
+        and not body.echo
+        and body.suffix is None
+        and body.grammar is None
+        and (body.n or 1) == 1
+        and (body.best_of or 1) == 1
+        and (isinstance(body.prompt, str) or len(body.prompt) == 1)
+    )
+
+
+async def create_completion(request: Request, body: CreateCompletionRequest) -> Any:
+    """``/v1/completions``: llama-cpp-python's own, but for one-token logprobs."""
+    if body.logprobs is None:
+        return await llama_app.create_completion(request, body)
+    if not _reads_one_next_token(body):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=ONE_TOKEN_ONLY)
+    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+    kwargs: dict[str, Any] = {}
+    async with contextlib.asynccontextmanager(llama_app.get_llama_proxy)() as proxy:
+        llama = llama_app.prepare_request_resources(body, proxy, body.model, kwargs)
+        try:
+            return await run_in_threadpool(
+                next_token_completion,
+                llama,
+                prompt,
+                top=body.logprobs,
+                logit_bias=kwargs.get("logit_bias"),
+                model=body.model,
+            )
+        except ValueError as error:  # PromptTooLong, an empty prompt, a bad token id
+            kind = "prompt too long" if isinstance(error, PromptTooLong) else "bad request"
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"{kind}: {error}") from None
+
+
+def create_app(server_settings: ServerSettings, model_settings: list[ModelSettings]) -> FastAPI:
+    """llama-cpp-python's app with :func:`create_completion` in front of its own route."""
+    app = llama_app.create_app(server_settings=server_settings, model_settings=model_settings)
+    app.add_api_route(
+        "/v1/completions",
+        create_completion,
+        methods=["POST"],
+        dependencies=[Depends(llama_app.authenticate)],
+        summary="Completion",
+    )
+    app.router.routes.insert(0, app.router.routes.pop())  # matched before llama-cpp-python's
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_args_from_model(parser, Settings)
+    args = parser.parse_args(argv)
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    try:
+        server = ServerSettings.model_validate(
+            {k: v for k, v in given.items() if k in ServerSettings.model_fields}
+        )
+        model = ModelSettings.model_validate(
+            {k: v for k, v in given.items() if k in ModelSettings.model_fields}
+        )
+    except ValidationError as error:
+        sys.exit(f"llm_app: {error}")
+    uvicorn.run(
+        create_app(server, [model]),
+        host=server.host,
+        port=server.port,
+        ssl_keyfile=server.ssl_keyfile,
+        ssl_certfile=server.ssl_certfile,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""One next token's log-probabilities, read from the prompt's last position only.
+
+The text end of turn (:mod:`agent.turns.text_end_of_turn`) asks the local LLM server for the
+likeliest next tokens after the user's words: an OpenAI completion of one token with
+``logprobs``. llama-cpp-python answers it by keeping the logits of every position it evaluates
+(``logits_all``, which it needs on for any logprobs, answers included) and then log-softmaxing
+every kept row of the conversation, to report one of them: the call's length times the
+vocabulary (49,152 for SmolLM2). On a 2-core EPYC that took 69 ms after 80 tokens, 440 ms
+after 500 and 1.4 s after 1,500, so past a call's second to fifth turn the question missed its
+0.35 s timeout (``bench/results/text_model_calls.md``).
+
+:func:`next_token_completion` gives the same answer from the one row that matters: it evaluates
+the prompt's new tokens after the part already kept (as llama-cpp-python's own ``generate``
+does, so the answer's request after it still reads only what is new), reads llama.cpp's last
+output, and writes the completion exactly as llama-cpp-python would for ``max_tokens`` 1 at
+temperature 0: the top tokens from the raw logits, each under its text, and the greedy token
+after ``logit_bias``. Sampling penalties are not applied to that token; they do not touch the
+reported logprobs.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+
+class PromptTooLong(ValueError):
+    """The prompt does not fit the model's context window."""
+
+
+def _evaluate(llama: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:
+    """Evaluate ``tokens`` after the longest prefix already in the model's cache and return
+    the last position's logits (a copy: the next decode overwrites llama.cpp's buffer)."""
+    reuse = llama_cpp.Llama.longest_token_prefix(llama._input_ids.tolist(), tokens)
+    if reuse == len(tokens):
+        reuse -= 1  # replay the last token: its logits are not kept
+    if reuse > 0 and llama._ctx.kv_cache_seq_rm(-1, reuse, -1):
+        llama.n_tokens = reuse
+    else:
+        llama.reset()
+        reuse = 0
+    llama.eval(tokens[reuse:])
+    logits = llama._ctx.get_logits_ith(-1)
+    return np.ctypeslib.as_array(logits, shape=(llama.n_vocab(),)).copy()
+
+
+def _text(llama: llama_cpp.Llama, token: int) -> str:
+    return llama.detokenize([token], prev_tokens=[]).decode("utf-8", errors="ignore")
+
+
+def next_token_completion(
+    llama: llama_cpp.Llama,
+    prompt: str,
+    *,
+    top: int,
+    logit_bias: Mapping[str, float] | None = None,
+    model: str | None = None,
+) -> dict[str, Any]:
+    """The OpenAI completion llama-cpp-python writes for ``prompt`` with ``max_tokens`` 1,
+    ``temperature`` 0 and ``logprobs`` ``top``, computed from the last position only.
+
+    Args:
+        llama: The model (any ``logits_all``); its kept prompt becomes ``prompt``.
+        prompt: The text to continue; special tokens (``<|im_start|>``) are read as such.
+        top: How many likeliest next tokens to report (each under its text).
+        logit_bias: Token id (as a string) to the bias added before the greedy choice.
+        model: The name the response gives; the model file by default.
+
+    Raises:
+        PromptTooLong: ``prompt`` leaves no room in the context window for a token.
+        ValueError: ``prompt`` is empty.
+    """
+    if not prompt:
+        raise ValueError("the prompt is empty: give the text whose next token to read")
+    tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+    if len(tokens) >= llama.n_ctx():
+        raise PromptTooLong(
+            f"Requested tokens ({len(tokens) + 1}) exceed context window of {llama.n_ctx()}"
+        )
+    logits = _evaluate(llama, tokens)
+    logprobs = llama_cpp.Llama.logits_to_logprobs(logits)
+    biased = logits.copy()
+    for token_id, bias in (logit_bias or {}).items():
+        biased[int(token_id)] += bias
+    token = int(np.argmax(biased))
+    # llama-cpp-python's order: likeliest first, ties to the higher token id.
+    ranked = np.lexsort((-np.arange(len(logprobs)), -logprobs))[:top]
+    created, name = int(time.time()), model if model is not None else llama.model_path
+    if llama_cpp.llama_vocab_is_eog(llama._model.vocab, token):
+        # llama-cpp-python ends the completion on it before writing any logprob.
+        text, finish, written = "", "stop", False
+    else:
+        text, finish, written = _text(llama, token), "length", True
+    top_logprobs: dict[str, float] = {_text(llama, int(i)): float(logprobs[i]) for i in ranked}
+    top_logprobs[text] = float(logprobs[token])
+    return {
+        "id": f"cmpl-{uuid.uuid4()}",
+        "object": "text_completion",
+        "created": created,
+        "model": name,
+        "choices": [
+            {
+                "text": text,
+                "index": 0,
+                "logprobs": {
+                    "tokens": [text] if written else [],
+                    "text_offset": [len(prompt)] if written else [],
+                    "token_logprobs": [float(logprobs[token])] if written else [],
+                    "top_logprobs": [top_logprobs] if written else [],
+                },
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(tokens),
+            "completion_tokens": int(written),
+            "total_tokens": len(tokens) + int(written),
+        },
+    }
