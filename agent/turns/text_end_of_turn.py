@@ -28,7 +28,10 @@ the one token sampled with ``logit_bias`` (the reported logprobs are taken befor
 a sampled end-of-turn token ends the completion before any logprob is written. ``""`` among
 the likeliest tokens is then ``<|im_end|>``, the only other special token the model puts
 after a user's words being ``<|endoftext|>``, far below; absent, its probability is below
-the ``k``-th token's, which this reads as 0 (so does a closing mark below it).
+the ``k``-th token's, which this reads as 0 (so does a closing mark below it). The default
+profile's server (:mod:`agent.local.llm_app`) writes that same completion from the prompt's last
+position alone, so the question's cost does not grow with the call; llama-cpp-python's own
+log-softmaxes every position of the conversation for it.
 
 The answer is a hint, never a wait: the client gives up after ``timeout_s`` (the server
 answers one request at a time, and a call's answer may be streaming) and any failure reads
