@@ -93,8 +93,8 @@ def render(
         "## The text model's cost to the local LLM's answers (`bench/text_model_cost.py`)",
         "",
         f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
-        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama-cpp-python's "
-        f"server, 1 thread (the default profile's setting); a six-turn conversation, {rounds} "
+        f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama.cpp's server "
+        "(agent.local.llm_app), 1 thread (the default profile's setting); a six-turn conversation, {rounds} "
         "rounds. Each cell: the answer's time to first token, median of the rounds (the whole "
         "history in each request).",
         "",
