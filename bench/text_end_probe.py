@@ -143,9 +143,9 @@ def render(read: dict[str, list[float]], took_s: float) -> str:
         "## Where the veto should sit: p(end) on requests (`bench/text_end_probe.py`)",
         "",
         f"{when}, {describe()}, {took_s:.0f} s. SmolLM2-135M-Instruct Q4_1 behind llama.cpp's "
-        "server (agent.local.llm_app) as the default profile runs it; the voice assistant's system prompt "
-        "and greeting, then the exchanges of a scripted conversation. The default threshold "
-        f"(`turn.text_unfinished_p`) is {TurnSettings().text_unfinished_p}.",
+        "server (agent.local.llm_app) as the default profile runs it; the voice assistant's "
+        "system prompt and greeting, then the exchanges of a scripted conversation. The default "
+        f"threshold (`turn.text_unfinished_p`) is {TurnSettings().text_unfinished_p}.",
         "",
         "| threshold | complete requests held for the bound | cut requests let end at the pause |",
         "|---|---|---|",

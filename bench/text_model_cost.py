@@ -94,9 +94,9 @@ def render(
         "",
         f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
         f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama.cpp's server "
-        "(agent.local.llm_app), 1 thread (the default profile's setting); a six-turn conversation, {rounds} "
-        "rounds. Each cell: the answer's time to first token, median of the rounds (the whole "
-        "history in each request).",
+        "(agent.local.llm_app), 1 thread (the default profile's setting); a six-turn "
+        f"conversation, {rounds} rounds. Each cell: the answer's time to first token, median "
+        "of the rounds (the whole history in each request).",
         "",
         header,
         "|---|---|" + "---|" * (len(TURNS) + 1),

@@ -49,6 +49,17 @@ def _evaluate(llama: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:
     return np.ctypeslib.as_array(logits, shape=(llama.n_vocab(),)).copy()
 
 
+def _token_id(key: str, vocabulary: int) -> int:
+    """``logit_bias``'s key as a token id of this model, or a ValueError that says why not."""
+    try:
+        token = int(key)
+    except ValueError:
+        raise ValueError(f"logit_bias key {key!r} is not a token id") from None
+    if not 0 <= token < vocabulary:
+        raise ValueError(f"logit_bias names token {token}; this model's are 0-{vocabulary - 1}")
+    return token
+
+
 def _text(llama: llama_cpp.Llama, token: int) -> str:
     return llama.detokenize([token], prev_tokens=[]).decode("utf-8", errors="ignore")
 
@@ -73,7 +84,7 @@ def next_token_completion(
 
     Raises:
         PromptTooLong: ``prompt`` leaves no room in the context window for a token.
-        ValueError: ``prompt`` is empty.
+        ValueError: ``prompt`` is empty, or ``logit_bias`` names no token of the model.
     """
     if not prompt:
         raise ValueError("the prompt is empty: give the text whose next token to read")
@@ -86,7 +97,7 @@ def next_token_completion(
     logprobs = llama_cpp.Llama.logits_to_logprobs(logits)
     biased = logits.copy()
     for token_id, bias in (logit_bias or {}).items():
-        biased[int(token_id)] += bias
+        biased[_token_id(token_id, len(logits))] += bias
     token = int(np.argmax(biased))
     # llama-cpp-python's order: likeliest first, ties to the higher token id.
     ranked = np.lexsort((-np.arange(len(logprobs)), -logprobs))[:top]

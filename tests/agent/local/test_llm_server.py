@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import httpx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.config import LLMSettings, load_settings
 from agent.local.llm_server import MODEL_PACKAGE, llm_child, packaged_model
@@ -97,9 +99,44 @@ async def test_the_running_server_gives_one_next_tokens_logprobs_and_refuses_mor
         too_long = await http.post("/completions", json={**question, "prompt": "word " * 9000})
         assert too_long.status_code == 400
         assert "exceed context window" in too_long.json()["detail"]
+        for key, says in (("49152", "this model's are 0-49151"), ("-1", "0-49151"), ("x", "not")):
+            bad_bias = await http.post("/completions", json={**question, "logit_bias": {key: 1}})
+            assert bad_bias.status_code == 400 and says in bad_bias.json()["detail"], key
 
         plain = {"model": local_llm.model, "prompt": "The sky is", "max_tokens": 3}
         completion = await http.post("/completions", json=plain)  # llama-cpp-python's own
         assert completion.status_code == 200 and "logprobs" in completion.json()["choices"][0]
         again = await http.post("/completions", json=question)
         assert again.json()["choices"][0]["logprobs"]["top_logprobs"] == [top]
+
+
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(
+            ["max_tokens", "temperature", "logprobs", "prompt", "logit_bias", "stream", "n"]
+        ),
+        st.one_of(VALUES, st.dictionaries(st.text(max_size=8), VALUES, max_size=3)),
+        max_size=3,
+    ),
+)
+def test_no_logprobs_request_breaks_the_server(local_llm: LLMSettings, changes: dict) -> None:
+    """Whatever a client sends with ``logprobs``, the answer is a completion or a 4xx that
+    says why, never a 500, and the next question is answered as before."""
+    question = {"model": local_llm.model, "prompt": "hello", "max_tokens": 1, "temperature": 0}
+    with httpx.Client(base_url=str(local_llm.base_url), timeout=60) as http:
+        answer = http.post("/completions", json={**question, "logprobs": 5, **changes})
+        assert answer.status_code in (200, 400, 422), (changes, answer.text)
+        if answer.status_code == 200 and not changes.get("stream"):
+            assert answer.json()["choices"][0]["finish_reason"] in ("length", "stop")
+        after = http.post("/completions", json={**question, "logprobs": 5})
+        assert after.status_code == 200, after.text
