@@ -6,8 +6,8 @@ likeliest next tokens after the user's words: an OpenAI completion of one token 
 (``logits_all``, which it needs on for any logprobs, answers included) and then log-softmaxing
 every kept row of the conversation, to report one of them: the call's length times the
 vocabulary (49,152 for SmolLM2). On a 2-core EPYC that took 69 ms after 80 tokens, 440 ms
-after 500 and 1.4 s after 1,500, so past a call's second to fifth turn the question missed its
-0.35 s timeout (``bench/results/text_model_calls.md``).
+after 500 and 1.4 s after 1,500, so from a call's fourth or fifth turn on the question missed
+its 0.35 s timeout (``bench/results/text_model_calls.md``).
 
 :func:`next_token_completion` gives the same answer from the one row that matters: it evaluates
 the prompt's new tokens after the part already kept (as llama-cpp-python's own ``generate``
@@ -93,11 +93,12 @@ def next_token_completion(
         raise PromptTooLong(
             f"Requested tokens ({len(tokens) + 1}) exceed context window of {llama.n_ctx()}"
         )
+    biases = {_token_id(key, llama.n_vocab()): bias for key, bias in (logit_bias or {}).items()}
     logits = _evaluate(llama, tokens)
     logprobs = llama_cpp.Llama.logits_to_logprobs(logits)
     biased = logits.copy()
-    for token_id, bias in (logit_bias or {}).items():
-        biased[_token_id(token_id, len(logits))] += bias
+    for token_id, bias in biases.items():
+        biased[token_id] += bias
     token = int(np.argmax(biased))
     # llama-cpp-python's order: likeliest first, ties to the higher token id.
     ranked = np.lexsort((-np.arange(len(logprobs)), -logprobs))[:top]
