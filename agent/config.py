@@ -369,9 +369,17 @@ class TurnSettings(_Section):
         default=0.01,
         ge=0,
         le=1,
-        description="text_model: a turn of 3+ words that asks for an answer without a question "
-        "mark (a request, a question by its word order) still waits when p(end) is below this; "
-        "0: never.",
+        description="text_model: a turn of text_veto_min_words+ words that asks for an answer "
+        "without a question mark (a request, a question by its word order, a two-word command) "
+        "still waits when p(end) is below this; 0: never.",
+    )
+    text_veto_min_words: int = Field(
+        default=2,
+        ge=1,
+        le=10,
+        description="text_model: the fewest words the veto reads (one word is too little for "
+        "the model: 'Stop' reads 0.000); 3 leaves two-word turns ('Can you.', 'Ich möchte.') to "
+        "the words rule, which answers them at once.",
     )
     text_timeout_s: float = Field(
         default=0.35,

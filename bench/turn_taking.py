@@ -143,6 +143,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_model": True,
         "text_unfinished_p": 0.01,
     },
+    "adaptive + Smart Turn + text-model veto below 0.01 from three words, bound 1.3 s": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": 0.01,
+        "text_veto_min_words": 3,
+    },
     "adaptive + Smart Turn + text-model veto below 0.001, bound 1.3 s": {
         **_ADAPTIVE,
         "smart_turn": True,

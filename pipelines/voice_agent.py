@@ -213,6 +213,7 @@ def _user_params(
             text_model=text_model,
             text_end_p=turn.text_end_p,
             text_unfinished_p=turn.text_unfinished_p,
+            text_veto_min_words=turn.text_veto_min_words,
             context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)

@@ -17,7 +17,8 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   a language model's p(the sentence ends here) on the final words
   (:mod:`agent.turns.text_end_of_turn`) is a third opinion when Smart Turn calls the turn
   complete: below ``text_unfinished_p`` it holds words that ask ("Can you tell me." goes on
-  to it), unless they are one or two words or the recognizer closed them with a question mark
+  to it; so does "Can you." and "Ich möchte."), unless they are one word or the recognizer closed
+  them with a question mark
   (the model cannot read those); at least ``text_end_p`` ends any turn on the short wait (a
   statement; off by default). The turn waits for it at most its client's timeout; without an
   answer the words decide, as without the model.
@@ -85,7 +86,6 @@ from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns.completeness import (
-    SHORT_TURN_WORDS,
     asks_for_answer,
     ends_unfinished,
     ends_with_question_mark,
@@ -129,14 +129,23 @@ TEXT_CHECKS = ("asks", "unfinished")
 it asks for an answer, or only that it does not stop on an unfinished word."""
 
 
-def beyond_the_veto(text: str) -> bool:
+VETO_MIN_WORDS = 2
+"""The fewest words the text model's veto reads by default. One word is too little ("Stop"
+reads p(end) 0.000 with no question from the bot before it); two are enough: a two-word start
+that goes on reads exactly 0 in English, German, French and Spanish ("can you", "i need", "ich
+möchte", "je veux", "me gustaría": 15 of 16; "quisiera reservar" 0.033), and 17 of 19 finished
+two-word turns read over 0.01 ("cancel it" 0.28, "nein danke" 0.004 and "arrête ça" 0.000 are
+held for the bound), while Smart Turn calls most such starts complete ("can you" 0.98, "ich
+möchte" 0.97). Measured in ``bench/results/turn_taking_multilingual.md``."""
+
+
+def beyond_the_veto(text: str, min_words: int = VETO_MIN_WORDS) -> bool:
     """Words that ask which the text model's veto leaves to the words rule:
-    - one or two words ("Yes.", "Cancel it."): too little for the model to read (with no
-      question from the bot before it, "Stop" gets p(end) 0.000, "No" 0.03);
+    - fewer than ``min_words`` words ("Yes.", "Stop."): too little for the model to read;
     - a question the recognizer closed with a question mark: it heard the question in the
       voice, while the model reads bare words, and hardly any but English ("Wann fängt der
       Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench)."""
-    if len(words(text)) <= SHORT_TURN_WORDS:
+    if len(words(text)) < min_words:
         return True
     return ends_with_question_mark(last_sentence(text))
 
@@ -155,6 +164,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_model: TextEndOfTurn | None = None,
         text_end_p: float = 1.01,
         text_unfinished_p: float = 0.0,
+        text_veto_min_words: int = VETO_MIN_WORDS,
         context: Callable[[], Conversation] | None = None,
         **kwargs: object,
     ) -> None:
@@ -177,8 +187,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 stops on an unfinished word; above 1: never.
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
                 answer, a p(end) below this waits (the model hears a sentence going on), unless
-                the turn is one or two words or closed with a question mark (the words rule
-                decides those); 0: never.
+                the turn has fewer than ``text_veto_min_words`` words or is closed with a
+                question mark (the words rule decides those); 0: never.
+            text_veto_min_words: See ``text_unfinished_p`` (:data:`VETO_MIN_WORDS`).
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -191,6 +202,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             raise ValueError(f"late_final_s ({late_final_s}) must not be negative")
         if text_check not in TEXT_CHECKS:
             raise ValueError(f"text_check must be one of {TEXT_CHECKS}, not {text_check!r}")
+        if text_veto_min_words < 1:
+            raise ValueError(f"text_veto_min_words ({text_veto_min_words}) must be at least 1")
         if not 0 <= text_unfinished_p <= 1 or text_end_p < 0:
             raise ValueError(
                 f"text_unfinished_p ({text_unfinished_p}) must be within 0-1 and text_end_p "
@@ -205,6 +218,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text_model = text_model
         self._text_end_p = text_end_p
         self._text_unfinished_p = text_unfinished_p
+        self._veto_min_words = text_veto_min_words
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
         self._p_due = False  # asked, no answer yet
@@ -412,7 +426,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if p is None:  # no model, or it did not answer: the words decide, as without it
             return asks
         if asks:
-            return p >= self._text_unfinished_p or beyond_the_veto(self._text)
+            return p >= self._text_unfinished_p or beyond_the_veto(self._text, self._veto_min_words)
         return p >= self._text_end_p and not ends_unfinished(self._text)
 
     def _text_model_would_decide(self) -> bool:
@@ -425,7 +439,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
-            return self._text_unfinished_p > 0 and not beyond_the_veto(self._text)
+            return self._text_unfinished_p > 0 and not beyond_the_veto(
+                self._text, self._veto_min_words
+            )
         return self._text_end_p <= 1 and not ends_unfinished(self._text)
 
     async def _ask_text_model(self) -> None:

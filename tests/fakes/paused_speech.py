@@ -171,14 +171,24 @@ _REQUESTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 and the text model's veto act, and a request cut by a pause after words that ask ("can you tell
 me"). After :data:`_MORE` in the set, so that its utterances keep their pauses."""
 
+_TWO_WORD_STARTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "en": (("unfinished", ("can you", "check my last order"), False),),
+    "de": (("unfinished", ("ich möchte", "einen kaffee bestellen"), False),),
+    "fr": (("unfinished", ("je veux", "un café s'il vous plaît"), False),),
+    "es": (("unfinished", ("me gustaría", "un café por favor"), False),),
+}
+"""Per language: a sentence with a pause after its first two words, which the recognizer
+closes ("Can you.", "Ich möchte.") and the words rule reads as a short command. Last in the
+set, so that the utterances before keep their pauses."""
+
 LANGUAGES = ("en", *(language for language in _MORE if language != "en"))
 
 
 @cache
 def extended(seed: int = 20) -> tuple[Utterance, ...]:
     """The paused-speech set (English) and, per language of :data:`LANGUAGES`, short turns,
-    requests, statements and paused sentences; pauses drawn from 300-900 ms with a fixed
-    seed."""
+    requests, statements and paused sentences (two-word starts among them); pauses drawn from
+    300-900 ms with a fixed seed."""
     rng = random.Random(seed)
     more = tuple(
         Utterance(
@@ -189,7 +199,7 @@ def extended(seed: int = 20) -> tuple[Utterance, ...]:
             voice="piper" if language == "en" else f"espeak:{language}",
             language=language,
         )
-        for more_of in (_MORE, _REQUESTS)
+        for more_of in (_MORE, _REQUESTS, _TWO_WORD_STARTS)
         for language, scripts in more_of.items()
         for kind, phrases, complete in scripts
     )

@@ -326,6 +326,28 @@ async def test_words_that_ask_still_wait_when_the_model_hears_them_go_on(
     assert turn.after_speech() > bound_s - 0.02, "ended although the model heard it go on"
 
 
+async def test_two_words_are_read_by_the_model_unless_the_veto_starts_at_three(
+    make: Any, stalled: str
+) -> None:
+    """ "Can you." is a command to the words rule alone; by default the veto reads two words, so
+    the model (here one that never answers) is waited for; ``text_veto_min_words=3`` leaves
+    it to the words."""
+    for min_words, waits in ((2, True), (3, False)):
+        model = TextEndOfTurn(stalled, "m", timeout_s=0.3)
+        turn = await make(
+            ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+            text_model=model,
+            text_unfinished_p=0.5,
+            text_veto_min_words=min_words,
+        )
+        await turn.speak()
+        await turn.pause("Can you.")
+        await turn.until_ended(within_s=WAIT_S)
+        waited = turn.after_speech() > STOP_SECS + 0.25
+        assert waited == waits, f"min words {min_words}: ended {turn.after_speech():.2f} s after"
+        await model.close()
+
+
 async def test_a_model_that_never_answers_holds_a_question_only_its_timeout(
     make: Any, stalled: str
 ) -> None:
@@ -362,6 +384,7 @@ async def test_a_late_answer_does_not_decide_the_next_turn(make: Any, stalled: s
     [
         # too little for the model: "Yes." reads 0.001 with no question before it
         pytest.param("Yes.", id="a one-word answer"),
+        pytest.param("Stop.", id="a one-word command"),
         # the recognizer heard the question; the model reads bare words and hardly any
         # language but English (its veto held "Wann fängt der Film an?" for the bound)
         pytest.param("Wann fängt der Film an?", id="a question closed with a question mark"),

@@ -8,7 +8,9 @@ pause. The local LLM (the offline profile's SmolLM2, ``turn.text_model`` on) all
 an end after "can you tell me" (p 0.000, under ``turn.text_unfinished_p``, 0.01), so the turn
 waits and ends once "the opening hours" has been said. The words come from the Voxtral
 stand-in, written as the turn-taking bench's reference recognizer writes them; the model and
-its server are real.
+its server are real. So with a German start of two words, "Ich möchte... einen Kaffee
+bestellen": Smart Turn calls its pause complete, the words rule reads "Ich möchte." as a short
+command, and the model reads p 0.000.
 """
 
 from __future__ import annotations
@@ -30,10 +32,18 @@ MODEL_TIMEOUT_S = 1.0
 (191 ms on average, warm), not a loaded test machine's to decide."""
 
 
+@pytest.mark.parametrize(
+    ("start", "transcript"),
+    [
+        ("can you tell me", ["Can you tell me.", "The opening hours."]),
+        # two words, which the words rule alone reads as a command: the model reads them too
+        ("ich möchte", ["Ich möchte.", "Einen kaffee bestellen."]),
+    ],
+)
 async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
-    local_llm: LLMSettings, redacted_log: list[str]
+    local_llm: LLMSettings, redacted_log: list[str], start: str, transcript: list[str]
 ) -> None:
-    utterance = next(u for u in extended() if u.phrases[0] == "can you tell me")
+    utterance = next(u for u in extended() if u.phrases[0] == start)
     speech, _ = utterance.audio(8000)
     words = ReferenceWords()
     voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
@@ -53,7 +63,4 @@ async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     assert answered > ended, f"answered at the pause, {answered - began:.2f} s into the turn"
     ends = [line for line in redacted_log if "turn ends" in line]
     assert len(ends) == 1, f"expected one turn: {ends}"
-    assert app.state.registry.recent()[-1].user_transcript == [
-        "Can you tell me.",
-        "The opening hours.",
-    ]
+    assert app.state.registry.recent()[-1].user_transcript == transcript
