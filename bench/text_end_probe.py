@@ -2,7 +2,7 @@
 for requests cut by a pause, at three depths of a conversation.
 
 The veto (``turn.text_unfinished_p``, :mod:`agent.turns.adaptive_stop`) holds a turn whose
-words ask for an answer without a question mark (three words or more) when the model reads
+words ask for an answer without a question mark (two words or more) when the model reads
 p(end) below the threshold. The turn-taking set has few such turns, so this asks the model
 directly, offline: the product's client (:class:`~agent.turns.text_end_of_turn.TextEndOfTurn`)
 against the packaged SmolLM2 behind llama.cpp's server, as the default profile runs it, with
@@ -74,6 +74,23 @@ COMPLETE = (
     "Book it for me.",
     "Send it to my email.",
     "Check the weather.",
+    # two words, in the bench's four languages: the veto reads them since it starts at two
+    "Cancel it.",
+    "Yes please.",
+    "No thanks.",
+    "Stop please.",
+    "Hold on.",
+    "Call mom.",
+    "Stopp bitte.",
+    "Ja bitte.",
+    "Nein danke.",
+    "Danke schön.",
+    "Arrête ça.",
+    "Oui merci.",
+    "Non merci.",
+    "Para ya.",
+    "Sí claro.",
+    "No gracias.",
 )
 CUT = (
     "Book a table.",
@@ -94,11 +111,25 @@ CUT = (
     "Please book me.",
     "Please tell me.",
     "Could you turn on.",
+    # two words, which the words rule alone reads as a command
+    "Can you.",
+    "Could you.",
+    "I need.",
+    "I want.",
+    "Please send.",
+    "Ich möchte.",
+    "Könnten Sie.",
+    "Je veux.",
+    "Je voudrais.",
+    "Pourriez-vous.",
+    "Me gustaría.",
+    "Quiero reservar.",
+    "Quisiera reservar.",
 )
-"""Requests cut by a pause, as the recognizer writes them (a full stop): words that ask, three
-or more, where the veto acts. (One- and two-word turns are left to the words rule: "Send me."
-reads 0 as "Stop." does.) "Book a table." and "Can you help me." are complete by their words
-as well: the pause decides them only if the caller goes on."""
+"""Requests cut by a pause, as the recognizer writes them (a full stop): words that ask, two or
+more, where the veto acts (one word is left to the words rule: "Stop." reads 0). "Book a
+table." and "Can you help me." are complete by their words as well: the pause decides them only
+if the caller goes on; so is "Quisiera reservar." ("I would like to book")."""
 THRESHOLDS = (0.1, 0.05, 0.02, 0.01, 0.001)
 
 

@@ -343,11 +343,12 @@ async def test_a_line_that_never_goes_quiet_still_ends_the_turn(
     await turn.speak()
     await turn.hear(0.5, level=3000)
     await turn.pause("I would like to book a table.")
-    for _ in range(round((WAIT_S + 0.4) / 0.1)):  # noise keeps coming, in real time
+    for _ in range(round((WAIT_S + 0.7) / 0.1)):  # noise keeps coming, in real time
         await turn.hear(0.1, level=3000)
         await asyncio.sleep(0.1)
     assert len(turn.ended) == 1, "the noise held the turn open"
-    assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.35
+    # past the deadline by the lag allowed (0.2 s), plus what a loaded machine adds to a timer
+    assert WAIT_S + 0.18 < turn.after_speech() < WAIT_S + 0.5
 
 
 async def test_a_steady_noise_floor_does_not_hold_the_turn_open(
