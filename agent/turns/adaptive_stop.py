@@ -17,11 +17,10 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   a language model's p(the sentence ends here) on the final words
   (:mod:`agent.turns.text_end_of_turn`) is a third opinion when Smart Turn calls the turn
   complete: below ``text_unfinished_p`` it holds words that ask ("Can you tell me." goes on
-  to it; so does "Can you." and "Ich möchte."), unless they are one word or the recognizer closed
-  them with a question mark
-  (the model cannot read those); at least ``text_end_p`` ends any turn on the short wait (a
-  statement; off by default). The turn waits for it at most its client's timeout; without an
-  answer the words decide, as without the model.
+  to it, and so do "Can you." and "Ich möchte."), unless they are one word or the recognizer
+  closed them with a question mark (the model cannot read those); at least ``text_end_p``
+  ends any turn on the short wait (a statement; off by default). The turn waits for it at most
+  its client's timeout; without an answer the words decide, as without the model.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
   too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
