@@ -136,7 +136,7 @@ starts read exactly 0 at every depth of a conversation ("can you", "i need", "ic
 veux", "me gustaría"), and 13 of 15 finished two-word turns read over 0.01 ("cancel it"
 0.25-0.28; "nein danke" and "arrête ça" read 0 and wait for the bound). Smart Turn calls most
 such starts complete ("can you" 0.98, "ich möchte" 0.97), so before, the words rule answered
-them at their pause: on the extended set, a false end on 13 of 16 legs, none now
+them at their pause: on the extended set, a false end on 15 of 20 legs, none now
 (``bench/results/text_end_probe.md``, ``bench/results/turn_taking_multilingual.md``)."""
 
 
