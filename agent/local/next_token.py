@@ -100,37 +100,43 @@ def next_token_completion(
     for token_id, bias in biases.items():
         biased[token_id] += bias
     token = int(np.argmax(biased))
-    # llama-cpp-python's order: likeliest first, ties to the higher token id.
-    ranked = np.lexsort((-np.arange(len(logprobs)), -logprobs))[:top]
-    created, name = int(time.time()), model if model is not None else llama.model_path
     if llama_cpp.llama_vocab_is_eog(llama._model.vocab, token):
         # llama-cpp-python ends the completion on it before writing any logprob.
-        text, finish, written = "", "stop", False
+        text, finish = "", "stop"
+        written: dict[str, list[Any]] = {
+            "tokens": [],
+            "text_offset": [],
+            "token_logprobs": [],
+            "top_logprobs": [],
+        }
     else:
-        text, finish, written = _text(llama, token), "length", True
-    top_logprobs: dict[str, float] = {_text(llama, int(i)): float(logprobs[i]) for i in ranked}
-    top_logprobs[text] = float(logprobs[token])
+        text, finish = _text(llama, token), "length"
+        # llama-cpp-python's order: likeliest first, ties to the higher token id.
+        ranked = np.lexsort((-np.arange(len(logprobs)), -logprobs))[:top]
+        top_logprobs = {_text(llama, int(i)): float(logprobs[i]) for i in ranked}
+        top_logprobs[text] = float(logprobs[token])
+        written = {
+            "tokens": [text],
+            "text_offset": [len(prompt)],
+            "token_logprobs": [float(logprobs[token])],
+            "top_logprobs": [top_logprobs],
+        }
     return {
         "id": f"cmpl-{uuid.uuid4()}",
         "object": "text_completion",
-        "created": created,
-        "model": name,
+        "created": int(time.time()),
+        "model": model if model is not None else llama.model_path,
         "choices": [
             {
                 "text": text,
                 "index": 0,
-                "logprobs": {
-                    "tokens": [text] if written else [],
-                    "text_offset": [len(prompt)] if written else [],
-                    "token_logprobs": [float(logprobs[token])] if written else [],
-                    "top_logprobs": [top_logprobs] if written else [],
-                },
+                "logprobs": written,
                 "finish_reason": finish,
             }
         ],
         "usage": {
             "prompt_tokens": len(tokens),
-            "completion_tokens": int(written),
-            "total_tokens": len(tokens) + int(written),
+            "completion_tokens": len(written["tokens"]),
+            "total_tokens": len(tokens) + len(written["tokens"]),
         },
     }
