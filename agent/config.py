@@ -96,6 +96,15 @@ class LocalLLMSettings(_Section):
         default=2048, ge=256, description="Tokens of context: the system prompt and the call."
     )
     n_batch: int = Field(default=256, ge=8, description="Prompt tokens evaluated per batch.")
+    question_slots: int = Field(
+        default=4,
+        ge=0,
+        description="Calls whose text end-of-turn questions each keep a sequence of n_ctx "
+        "tokens on a context of their own (SmolLM2: 23 KB a token, 4 x 2048 = 190 MB), so "
+        "they wait neither for the answers nor for each other's prompts; more calls share "
+        "them, least recent first. 0: the questions use the answers' context and wait "
+        "behind their answers.",
+    )
 
 
 class LLMSettings(_Section):

@@ -147,6 +147,8 @@ def start_local_llm(
     if stock:
         module, *options = STOCK_LLM_SERVER
         argv[argv.index("agent.local.llm_app")] = module
+        slots = argv.index("--question_slots")  # llm_app's own option
+        del argv[slots : slots + 2]
         argv.extend(options)  # the last of an option's values wins
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, llm

@@ -10,12 +10,14 @@ turn as the product runs it: the model asked with the product's timeout, then th
 streamed; between turns the caller listens and speaks (1-3 s, seeded). Per N: how many of
 the model's questions were answered in time, their time, and the answers' time to first token,
 against N = 1 on the first server in the same run. The servers: llama-cpp-python's own as the
-profile ran it before (``--server stock``: every position's logits kept, and one-token logprobs
-log-softmaxed over the whole conversation), and ``agent.local.llm_app`` as it runs now (``ours``:
-the last position only). The modes: the model asked before every answer (``every``), and as the
-product asks it, resting for three questions after two late answers in a row (``rests``).
+profile first ran it (``stock``: every position's logits kept, and one-token logprobs
+log-softmaxed over the whole conversation), and ``agent.local.llm_app``, which reads the last
+position only, with the questions on the answers' context behind their lock (``shared``,
+``--question_slots 0``) or on a context of their own, a sequence per call (``ours``, the
+default). The modes: the model asked before every answer (``every``), and as the product asks
+it, resting for three questions after two late answers in a row (``rests``).
 
-    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers stock,ours]
+    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers shared,ours]
         [--modes rests] [--rounds 2] [--no-write]
 """
 
@@ -68,11 +70,13 @@ MODES: dict[str, tuple[str, int]] = {
 }
 """Each mode's name in the table and the call's client's ``rest_for``."""
 
-SERVERS: dict[str, tuple[str, bool]] = {
-    "stock": ("llama-cpp-python's own (before)", True),
-    "ours": ("agent.local.llm_app (now)", False),
+SERVERS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "stock": ("llama-cpp-python's own", True, ()),
+    "shared": ("`agent.local.llm_app`, questions on the answers' context", False, ("0",)),
+    "ours": ("`agent.local.llm_app`, a sequence per call (default)", False, ()),
 }
-"""Each server's name in the table and whether it is the stock one (``peers.STOCK_LLM_SERVER``)."""
+"""Each server's name in the table, whether it is the stock one (``peers.STOCK_LLM_SERVER``),
+and its ``--question_slots`` (none: the profile's)."""
 
 
 async def conversation(
@@ -128,7 +132,7 @@ def render(
         "",
         f"{when}, {describe()}; load average {load[0]:.1f} at the start and {load[1]:.1f} at "
         f"the end, {took_s / 60:.1f} min. SmolLM2-135M-Instruct Q4_1 behind llama.cpp's server "
-        "as the default profile starts it (1 thread, one request at a time). Each call "
+        "as the default profile starts it (1 thread, one answer at a time). Each call "
         f"plays a twelve-turn conversation, {rounds} rounds: before each answer the model is asked "
         f"with the product's timeout ({timeout_s} s), then the answer is streamed (at most 60 "
         f"tokens); {BETWEEN_TURNS_S[0]:g}-{BETWEEN_TURNS_S[1]:g} s between an answer's end and "
@@ -157,7 +161,7 @@ def render(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", default="1,2,4", help="comma list of calls at once")
-    parser.add_argument("--servers", default="stock,ours", help=f"of {', '.join(SERVERS)}")
+    parser.add_argument("--servers", default="shared,ours", help=f"of {', '.join(SERVERS)}")
     parser.add_argument("--modes", default="rests", help=f"of {', '.join(MODES)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
@@ -171,7 +175,9 @@ def main(argv: list[str]) -> int:
     started, load_before = time.monotonic(), os.getloadavg()[0]
     legs: dict[tuple[str, int, str], Leg] = {}
     for server in servers:
-        with peers.local_llm_running(stock=SERVERS[server][1]) as llm:
+        _, stock, slots = SERVERS[server]
+        extra = ("--question_slots", *slots) if slots else ()
+        with peers.local_llm_running(*extra, stock=stock) as llm:
             asyncio.run(play(llm, 1, 1, args.seed, timeout_s, modes[0]))  # warm-up: not counted
             for calls in counts:
                 for mode in modes:

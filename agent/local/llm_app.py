@@ -1,13 +1,19 @@
 """llama.cpp's OpenAI-compatible server, with one-token logprobs read from the last position.
 
-Run as ``python -m agent.local.llm_app`` with ``python -m llama_cpp.server``'s own options
-(:func:`agent.local.llm_server.llm_server_argv`). It is llama-cpp-python's app, every route
-unchanged, but for ``/v1/completions`` with ``logprobs``: the text end of turn's question
-(one token, temperature 0) is answered by :func:`~agent.local.next_token.next_token_completion`,
-whose cost does not grow with the conversation. So the model can run with ``logits_all`` off,
-and the answers no longer keep a vocabulary-wide row of logits for every token they read.
-Other logprobs requests, which llama-cpp-python could not serve with ``logits_all`` off, get a
-400 saying what this server gives.
+Run as ``python -m agent.local.llm_app`` with ``python -m llama_cpp.server``'s own options and
+``--question_slots`` (:func:`agent.local.llm_server.llm_server_argv`). It is llama-cpp-python's
+app, every route unchanged, but for ``/v1/completions`` with ``logprobs``: the text end of
+turn's question (one token, temperature 0) is answered by
+:func:`~agent.local.next_token.next_token_completion`, whose cost does not grow with the
+conversation. So the model can run with ``logits_all`` off, and the answers no longer keep a
+vocabulary-wide row of logits for every token they read. Other logprobs requests, which
+llama-cpp-python could not serve with ``logits_all`` off, get a 400 saying what this server
+gives.
+
+With ``--question_slots N`` (N ≥ 1) the questions are read on a context of their own, one
+sequence for each of the N callers (the request's ``user``) that asked last, and do not wait
+for the answers' lock; with 0 they share the answers' context and wait behind them
+(:mod:`agent.local.question_slots`).
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, status
+from llama_cpp import Llama
 from llama_cpp.server import app as llama_app
 from llama_cpp.server.cli import add_args_from_model
 from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
@@ -26,7 +34,8 @@ from llama_cpp.server.types import CreateCompletionRequest
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from agent.local.next_token import PromptTooLong, next_token_completion
+from agent.local.next_token import next_token_completion
+from agent.local.question_slots import PromptTooLong, QuestionSlots, SharedContext
 
 ONE_TOKEN_ONLY = (
     "this server reports logprobs for one greedy next token only: send max_tokens 1, "
@@ -54,27 +63,52 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
         return await llama_app.create_completion(request, body)
     if not _reads_one_next_token(body):
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=ONE_TOKEN_ONLY)
+    slots: QuestionSlots | None = request.app.state.question_slots
+    if slots is None:
+        async with contextlib.asynccontextmanager(llama_app.get_llama_proxy)() as proxy:
+            return await _next_token(body, proxy, SharedContext)
+    # The one model never changes (create_app), so its tokenizer needs no lock.
+    return await _next_token(body, llama_app._llama_proxy, lambda _: slots)
+
+
+async def _next_token(
+    body: CreateCompletionRequest,
+    proxy: Any,
+    reader_of: Callable[[Llama], QuestionSlots | SharedContext],
+) -> dict[str, Any]:
     prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
     kwargs: dict[str, Any] = {}
-    async with contextlib.asynccontextmanager(llama_app.get_llama_proxy)() as proxy:
-        llama = llama_app.prepare_request_resources(body, proxy, body.model, kwargs)
-        try:
-            return await run_in_threadpool(
-                next_token_completion,
-                llama,
-                prompt,
-                top=body.logprobs,
-                logit_bias=kwargs.get("logit_bias"),
-                model=body.model,
-            )
-        except ValueError as error:  # PromptTooLong, an empty prompt, a bad token id
-            kind = "prompt too long" if isinstance(error, PromptTooLong) else "bad request"
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"{kind}: {error}") from None
+    llama = llama_app.prepare_request_resources(body, proxy, body.model, kwargs)
+    try:
+        return await run_in_threadpool(
+            next_token_completion,
+            llama,
+            prompt,
+            reader=reader_of(llama),
+            caller=body.user,
+            top=body.logprobs or 0,
+            logit_bias=kwargs.get("logit_bias"),
+            model=body.model,
+        )
+    except ValueError as error:  # PromptTooLong, an empty prompt, a bad token id
+        kind = "prompt too long" if isinstance(error, PromptTooLong) else "bad request"
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"{kind}: {error}") from None
 
 
-def create_app(server_settings: ServerSettings, model_settings: list[ModelSettings]) -> FastAPI:
-    """llama-cpp-python's app with :func:`create_completion` in front of its own route."""
+def create_app(
+    server_settings: ServerSettings, model_settings: list[ModelSettings], *, question_slots: int
+) -> FastAPI:
+    """llama-cpp-python's app with :func:`create_completion` in front of its own route, serving
+    one model, with ``question_slots`` sequences for the questions (0: on the answers' context).
+    """
+    if len(model_settings) != 1:
+        raise ValueError(f"llm_app serves one model, not {len(model_settings)}")
+    if question_slots < 0:
+        raise ValueError(f"question_slots ({question_slots}) must be 0 or more")
     app = llama_app.create_app(server_settings=server_settings, model_settings=model_settings)
+    proxy = llama_app._llama_proxy  # set by create_app, with its one model loaded
+    assert proxy is not None
+    app.state.question_slots = QuestionSlots(proxy(), question_slots) if question_slots else None
     app.add_api_route(
         "/v1/completions",
         create_completion,
@@ -89,8 +123,20 @@ def create_app(server_settings: ServerSettings, model_settings: list[ModelSettin
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_args_from_model(parser, Settings)
+    parser.add_argument(
+        "--question_slots",
+        type=int,
+        default=4,
+        help="callers whose one-token logprobs questions keep a sequence of their own on a "
+        "second context (n_ctx tokens each); 0: on the answers' context, behind their lock",
+    )
     args = parser.parse_args(argv)
-    given = {name: value for name, value in vars(args).items() if value is not None}
+    question_slots = args.question_slots
+    given = {
+        name: value
+        for name, value in vars(args).items()
+        if value is not None and name != "question_slots"
+    }
     try:
         server = ServerSettings.model_validate(
             {k: v for k, v in given.items() if k in ServerSettings.model_fields}
@@ -101,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as error:
         sys.exit(f"llm_app: {error}")
     uvicorn.run(
-        create_app(server, [model]),
+        create_app(server, [model], question_slots=question_slots),
         host=server.host,
         port=server.port,
         ssl_keyfile=server.ssl_keyfile,

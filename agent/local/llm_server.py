@@ -102,6 +102,8 @@ def llm_server_argv(
         # Only the answers' last position is read: one-token logprobs are llm_app's own.
         "--logits_all",
         "False",
+        "--question_slots",
+        str(local.question_slots),
         "--verbose",
         "False",
     ]

@@ -10,12 +10,13 @@ after 500 and 1.4 s after 1,500, so from a call's fourth or fifth turn on the qu
 its 0.35 s timeout (``bench/results/text_model_calls.md``).
 
 :func:`next_token_completion` gives the same answer from the one row that matters: it evaluates
-the prompt's new tokens after the part already kept (as llama-cpp-python's own ``generate``
-does, so the answer's request after it still reads only what is new), reads llama.cpp's last
-output, and writes the completion exactly as llama-cpp-python would for ``max_tokens`` 1 at
-temperature 0: the top tokens from the raw logits, each under its text, and the greedy token
-after ``logit_bias``. Sampling penalties are not applied to that token; they do not touch the
-reported logprobs.
+the prompt's new tokens after the part already kept (in the caller's own sequence of a context
+beside the answers', or on the answers' context: :mod:`agent.local.question_slots`), reads
+llama.cpp's last output, and writes the completion exactly as llama-cpp-python would for
+``max_tokens`` 1 at temperature 0: the top tokens from the raw logits, each under its text, and
+the greedy token after ``logit_bias``. Sampling penalties are not applied to that token; they
+do not touch the reported logprobs. The usage also says how many prompt tokens were already
+kept (OpenAI's ``prompt_tokens_details.cached_tokens``).
 """
 
 from __future__ import annotations
@@ -28,25 +29,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-
-class PromptTooLong(ValueError):
-    """The prompt does not fit the model's context window."""
-
-
-def _evaluate(llama: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:
-    """Evaluate ``tokens`` after the longest prefix already in the model's cache and return
-    the last position's logits (a copy: the next decode overwrites llama.cpp's buffer)."""
-    reuse = llama_cpp.Llama.longest_token_prefix(llama._input_ids.tolist(), tokens)
-    if reuse == len(tokens):
-        reuse -= 1  # replay the last token: its logits are not kept
-    if reuse > 0 and llama._ctx.kv_cache_seq_rm(-1, reuse, -1):
-        llama.n_tokens = reuse
-    else:
-        llama.reset()
-        reuse = 0
-    llama.eval(tokens[reuse:])
-    logits = llama._ctx.get_logits_ith(-1)
-    return np.ctypeslib.as_array(logits, shape=(llama.n_vocab(),)).copy()
+from agent.local.question_slots import QuestionSlots, SharedContext
 
 
 def _token_id(key: str, vocabulary: int) -> int:
@@ -68,6 +51,8 @@ def next_token_completion(
     llama: llama_cpp.Llama,
     prompt: str,
     *,
+    reader: QuestionSlots | SharedContext,
+    caller: str | None = None,
     top: int,
     logit_bias: Mapping[str, float] | None = None,
     model: str | None = None,
@@ -76,25 +61,24 @@ def next_token_completion(
     ``temperature`` 0 and ``logprobs`` ``top``, computed from the last position only.
 
     Args:
-        llama: The model (any ``logits_all``); its kept prompt becomes ``prompt``.
+        llama: The model (any ``logits_all``): its vocabulary.
         prompt: The text to continue; special tokens (``<|im_start|>``) are read as such.
+        reader: Where the prompt is evaluated (:mod:`agent.local.question_slots`).
+        caller: Whose prompt it is (the request's ``user``): :class:`QuestionSlots` keeps
+            each caller's in a sequence of its own.
         top: How many likeliest next tokens to report (each under its text).
         logit_bias: Token id (as a string) to the bias added before the greedy choice.
         model: The name the response gives; the model file by default.
 
     Raises:
-        PromptTooLong: ``prompt`` leaves no room in the context window for a token.
+        PromptTooLong: ``prompt`` leaves no room in the reader's context window for a token.
         ValueError: ``prompt`` is empty, or ``logit_bias`` names no token of the model.
     """
     if not prompt:
         raise ValueError("the prompt is empty: give the text whose next token to read")
     tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-    if len(tokens) >= llama.n_ctx():
-        raise PromptTooLong(
-            f"Requested tokens ({len(tokens) + 1}) exceed context window of {llama.n_ctx()}"
-        )
     biases = {_token_id(key, llama.n_vocab()): bias for key, bias in (logit_bias or {}).items()}
-    logits = _evaluate(llama, tokens)
+    logits, cached = reader.last_logits(tokens, caller)
     logprobs = llama_cpp.Llama.logits_to_logprobs(logits)
     biased = logits.copy()
     for token_id, bias in biases.items():
@@ -138,5 +122,6 @@ def next_token_completion(
             "prompt_tokens": len(tokens),
             "completion_tokens": len(written["tokens"]),
             "total_tokens": len(tokens) + len(written["tokens"]),
+            "prompt_tokens_details": {"cached_tokens": cached},
         },
     }

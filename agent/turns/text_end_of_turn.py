@@ -17,8 +17,8 @@ the end of the message (:data:`SENTENCE_ENDS`). On the turn-taking bench's set t
 "book a table" (0.03) from "book a table for two people" (0.34) and "is the store open today"
 (0.81); with the recognizer's marks kept, "Book a table." read 0.08 against the statement's
 0.007 (``bench/results/turn_taking_multilingual.md``). Before the words comes the conversation
-the answer will have, as the chat template writes it (:func:`chatml_prompt`), so the server's
-kept prompt serves the question and the answer alike (``bench/text_model_cost.py``).
+the answer will have, as the chat template writes it (:func:`chatml_prompt`), so a server that
+keeps the call's prompt reads only what is new for each question (``bench/text_model_cost.py``).
 
 What the server gives (llama-cpp-python 0.3, read from its source and checked against the
 model's own logits): ``/v1/completions`` with ``logprobs: k`` reports the ``k`` likeliest next
@@ -30,12 +30,14 @@ the likeliest tokens is then ``<|im_end|>``, the only other special token the mo
 after a user's words being ``<|endoftext|>``, far below; absent, its probability is below
 the ``k``-th token's, which this reads as 0 (so does a closing mark below it). The default
 profile's server (:mod:`agent.local.llm_app`) writes that same completion from the prompt's last
-position alone, so the question's cost does not grow with the call; llama-cpp-python's own
-log-softmaxes every position of the conversation for it.
+position alone, so the question's cost does not grow with the call (llama-cpp-python's own
+log-softmaxes every position of the conversation for it), and reads it on a context beside the
+answers', in a sequence per caller: each call sends its own ``user``, the OpenAI field that
+names an end user, and its question waits neither for another call's answer nor for its prompt.
 
-The answer is a hint, never a wait: the client gives up after ``timeout_s`` (the server
-answers one request at a time, and a call's answer may be streaming) and any failure reads
-as "no opinion" (``None``), so the turn is decided as without the model.
+The answer is a hint, never a wait: the client gives up after ``timeout_s`` (a busy machine, or
+a server that answers one request at a time, llama-cpp-python's own, while an answer streams)
+and any failure reads as "no opinion" (``None``), so the turn is decided as without the model.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import asyncio
 import math
 import re
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -102,11 +105,12 @@ def as_spoken(text: str) -> str:
 
 def chatml_prompt(user_text: str, conversation: Conversation = ()) -> str:
     """The conversation as the chat template writes it for the answer (ChatML, each message
-    ``<|im_start|>role\ncontent<|im_end|>\n``, unchanged), then the user's words, open. So the
-    server reads only the user's words for this question, and the answer after it reads only
-    the user's message: the server keeps one prompt, and a shorter context here (the bot's
-    last message only) made each next answer read the whole conversation again
-    (``bench/text_model_cost.py``)."""
+    ``<|im_start|>role\ncontent<|im_end|>\n``, unchanged), then the user's words, open. So a
+    server that keeps the call's last prompt reads only what is new: ``agent.local.llm_app``
+    keeps each call's question in a sequence of its own, or, with ``question_slots`` 0, on the
+    answers' context, whose one kept prompt then serves the question and the answer alike (a
+    shorter context here, the bot's last message only, made each next answer read the whole
+    conversation again: ``bench/text_model_cost.py``)."""
     turns = [f"<|im_start|>{role}\n{text}{END_OF_TURN}\n" for role, text in conversation]
     turns.append(f"<|im_start|>user\n{user_text.strip()[-MAX_USER_CHARS:]}")
     return "".join(turns)
@@ -157,6 +161,9 @@ class TextEndOfTurn:
         self._url = base_url.rstrip("/") + "/completions"
         self._tokenize_url = base_url.rstrip("/").removesuffix("/v1") + "/extras/tokenize"
         self._model = model
+        self._caller = f"call-{uuid.uuid4().hex[:12]}"
+        """The request's ``user``: the server keeps each caller's prompt apart
+        (:mod:`agent.local.question_slots`), so calls do not evict each other's."""
         self.timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._verify = base_url.startswith("https:")  # no CA bundle to load for plain HTTP
@@ -220,6 +227,7 @@ class TextEndOfTurn:
             "temperature": 0,
             "logprobs": TOP_LOGPROBS,
             "logit_bias": await self._end_tokens_banned(),
+            "user": self._caller,
         }
         response = await self._client.post(self._url, json=body)
         response.raise_for_status()

@@ -3,15 +3,19 @@ the sized settings, and one answer streamed over its OpenAI-compatible API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import LLMSettings, load_settings
+from agent.config import LLMSettings, LocalLLMSettings, load_settings
 from agent.local.llm_server import MODEL_PACKAGE, llm_child, packaged_model
+from agent.local.supervisor import Supervisor
 from tests.conftest import requires_local_llm
 
 pytestmark = requires_local_llm
@@ -42,8 +46,10 @@ def test_the_default_profile_starts_it_on_loopback_with_its_sized_settings() -> 
     assert option("--n_batch") == str(llm.local.n_batch)
     # One call's answer is never cut short because another call asked meanwhile.
     assert option("--interrupt_requests") == "False"
-    # Answers keep only their last position's logits; one-token logprobs are llm_app's own.
+    # Answers keep only their last position's logits; one-token logprobs are llm_app's own,
+    # read on a context beside the answers', a sequence for each of four calls.
     assert option("--logits_all") == "False"
+    assert option("--question_slots") == str(llm.local.question_slots) == "4"
     assert child.ready_url == f"http://127.0.0.1:{llm.local.port}/v1/models"
     assert llm.base_url == f"http://127.0.0.1:{llm.local.port}/v1"
 
@@ -123,7 +129,7 @@ VALUES = st.one_of(
 @given(
     changes=st.dictionaries(
         st.sampled_from(
-            ["max_tokens", "temperature", "logprobs", "prompt", "logit_bias", "stream", "n"]
+            ["max_tokens", "temperature", "logprobs", "prompt", "logit_bias", "stream", "n", "user"]
         ),
         st.one_of(VALUES, st.dictionaries(st.text(max_size=8), VALUES, max_size=3)),
         max_size=3,
@@ -140,3 +146,87 @@ def test_no_logprobs_request_breaks_the_server(local_llm: LLMSettings, changes: 
             assert answer.json()["choices"][0]["finish_reason"] in ("length", "stop")
         after = http.post("/completions", json={**question, "logprobs": 5})
         assert after.status_code == 200, after.text
+
+
+@pytest.fixture(scope="module")
+def shared_context_llm() -> Iterator[LLMSettings]:
+    """The server with ``question_slots`` 0: questions on the answers' context."""
+    from tests.fakes.serving import free_port
+
+    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port(), question_slots=0))
+    supervisor = Supervisor([llm_child(settings)])
+    asyncio.run(supervisor.start())
+    try:
+        yield settings
+    finally:
+        supervisor.stop()
+
+
+def question(settings: LLMSettings, words: str, user: str) -> dict:
+    return {
+        "model": settings.model,
+        "prompt": f"<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n{words}",
+        "max_tokens": 1,
+        "temperature": 0,
+        "logprobs": 20,
+        "user": user,
+    }
+
+
+async def answered_while_another_call_streams(settings: LLMSettings) -> bool:
+    """Whether a question sent once another call's answer has begun to stream comes back
+    before that answer ends (an answer of 120 tokens: its end tokens are banned)."""
+    async with httpx.AsyncClient(base_url=str(settings.base_url), timeout=120) as http:
+        tokenize = str(settings.base_url).removesuffix("/v1") + "/extras/tokenize"
+        tokens = await http.post(tokenize, json={"input": "<|im_end|><|endoftext|>"})
+        answer = {
+            "model": settings.model,
+            "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "stream": True,
+            "max_tokens": 120,
+            "logit_bias": {str(token): -100 for token in tokens.json()["tokens"]},
+        }
+        streaming, done = asyncio.Event(), asyncio.Event()
+
+        async def other_call() -> None:
+            async with http.stream("POST", "/chat/completions", json=answer) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        streaming.set()
+            done.set()
+
+        other = asyncio.create_task(other_call())
+        await streaming.wait()
+        reply = await http.post("/completions", json=question(settings, "can you", "call-2"))
+        assert reply.status_code == 200, reply.text
+        in_time = not done.is_set()
+        await other
+        return in_time
+
+
+async def test_a_question_does_not_wait_for_another_calls_answer(local_llm: LLMSettings) -> None:
+    assert await answered_while_another_call_streams(local_llm)
+
+
+async def test_with_no_question_slots_a_question_waits_behind_the_answers(
+    shared_context_llm: LLMSettings,
+) -> None:
+    """The other way (``llm.local.question_slots = 0``, no second KV cache): the question is
+    read on the answers' context, after the answer that holds it."""
+    assert not await answered_while_another_call_streams(shared_context_llm)
+
+
+async def test_each_caller_reads_on_from_its_own_prompt(local_llm: LLMSettings) -> None:
+    """Two calls asking in turn: each question reads only the words its call added, as the
+    usage's ``cached_tokens`` says."""
+    async with httpx.AsyncClient(base_url=str(local_llm.base_url), timeout=60) as http:
+
+        async def ask(words: str, user: str) -> dict:
+            reply = await http.post("/completions", json=question(local_llm, words, user))
+            assert reply.status_code == 200, reply.text
+            return reply.json()["usage"]
+
+        first = {user: await ask("can you tell me", user) for user in ("call-a", "call-b")}
+        for user in ("call-a", "call-b"):
+            later = await ask("can you tell me the opening hours", user)
+            assert later["prompt_tokens_details"]["cached_tokens"] == first[user]["prompt_tokens"]

@@ -9,6 +9,8 @@ the connection, or answer something that is not a completion.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -93,6 +95,62 @@ async def not_a_completion() -> AsyncIterator[str]:
 
     async for url in serve(handler):
         yield url
+
+
+@pytest.fixture
+async def recording() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """An OpenAI completions server that answers every question "the sentence ends" and keeps
+    each request's JSON body."""
+    bodies: list[dict[str, Any]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            with contextlib.suppress(asyncio.IncompleteReadError):
+                await answer_each(reader, writer)
+        finally:
+            writer.close()
+
+    async def answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.lower().split(b"\r\n")
+                if line.startswith(b"content-length:")
+            )
+            bodies.append(json.loads(await reader.readexactly(length)))
+            answer = (
+                {"tokens": [2, 0]}
+                if "input" in bodies[-1]
+                else {"choices": [{"logprobs": {"top_logprobs": [{"": 0.0}]}}]}
+            )
+            body = json.dumps(answer).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            await writer.drain()
+
+    async for url in serve(handler):
+        yield url, bodies
+
+
+async def test_each_call_names_itself_so_the_server_keeps_calls_apart(
+    recording: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """Each call's questions carry one ``user`` of their own (OpenAI's field for the end user),
+    which ``agent.local.llm_app`` keeps a sequence for: two calls' questions do not evict each
+    other's prompt."""
+    url, bodies = recording
+    calls = [TextEndOfTurn(url, "m", timeout_s=2.0) for _ in range(2)]
+    try:
+        for words in ("Can you tell me", "Can you tell me the opening hours"):
+            for call in calls:
+                assert await call.probability(words) == 1.0
+    finally:
+        for call in calls:
+            await call.close()
+    users = [body["user"] for body in bodies if "prompt" in body]
+    assert len(users) == 4 and users[0] == users[2] != users[1] == users[3]
 
 
 @requires_local_llm
