@@ -1,21 +1,21 @@
 """Many calls on one llama.cpp server: what the text end-of-turn model's answers become.
 
 The offline profile asks its one llama.cpp server (SmolLM2 behind llama-cpp-python, which
-answers one request at a time) both for the answers and, with ``turn.text_model`` on, for
-p(the user's sentence ends here) before a request is answered. With one call the model answers
-in about 0.2 s; with several, its question waits behind other calls' answers, and past
-``turn.text_timeout_s`` (0.35 s) the turn decides without it (:mod:`agent.turns.adaptive_stop`).
-This bench plays N conversations at once against one server as the product starts it, each
-turn as the product runs it: the model asked with the product's timeout, then the answer
-streamed; between turns the caller listens and speaks (1-3 s, seeded). Per N: how many of
-the model's questions were answered in time, their time, and the answers' time to first token,
-against N = 1 on the first server in the same run. The servers: llama-cpp-python's own as the
-profile first ran it (``stock``: every position's logits kept, and one-token logprobs
-log-softmaxed over the whole conversation), and ``agent.local.llm_app``, which reads the last
-position only, with the questions on the answers' context behind their lock (``shared``,
-``--question_slots 0``) or on a context of their own, a sequence per call (``ours``, the
-default). The modes: the model asked before every answer (``every``), and as the product asks
-it, resting for three questions after two late answers in a row (``rests``).
+writes one answer at a time) both for the answers and, with ``turn.text_model`` on, for p(the
+user's sentence ends here) before a request is answered. Past ``turn.text_timeout_s`` (0.35 s)
+the turn decides without it (:mod:`agent.turns.adaptive_stop`). This bench plays N
+conversations at once against one server as the product starts it, each turn as the product
+runs it: the model given the conversation to read when the caller begins to speak, asked with
+the product's timeout when the caller has spoken, then the answer streamed; between turns the
+caller listens and speaks (0.5-1.5 s each, seeded). Per N: how many of the model's questions
+were answered in time, their time, and the answers' time to first token, against N = 1 on the
+first server in the same run. The servers: llama-cpp-python's own as the profile first ran it
+(``stock``: every position's logits kept, and one-token logprobs log-softmaxed over the whole
+conversation), and ``agent.local.llm_app``, which reads the last position only, with the
+questions on the answers' context behind their lock (``shared``, ``--question_slots 0``) or on
+a context of their own, a sequence per call (``ours``, the default). The modes: the model asked
+before every answer (``every``), and as the product asks it, resting for three questions after
+two late answers in a row (``rests``).
 
     .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers shared,ours]
         [--modes rests] [--rounds 2] [--no-write]
@@ -46,9 +46,11 @@ from bench.text_model_cost import GREETING, TURNS
 RESULTS_MD = Path(__file__).parent / "results" / "text_model_calls.md"
 SCRIPT = TURNS * 2
 """A conversation: the cost bench's six turns, twice over (a longer call; the prompt grows)."""
-BETWEEN_TURNS_S = (1.0, 3.0)
-"""The caller hears the answer out and speaks the next turn: seconds from one answer's end to
-the next question."""
+LISTENING_S = (0.5, 1.5)
+"""The caller hears the answer out: seconds from its end to the caller's next words."""
+SPEAKING_S = (0.5, 1.5)
+"""The caller speaks the next turn: seconds from the first word (when the product has the
+model read the conversation, ``TextEndOfTurn.prime``) to the question."""
 
 
 @dataclass
@@ -88,8 +90,11 @@ async def conversation(
     model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=timeout_s, rest_for=rest_for)
     async with httpx.AsyncClient(timeout=120) as http:
         try:
-            await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))  # calls do not start in step
+            await asyncio.sleep(rng.uniform(*LISTENING_S))  # calls do not start in step
             for turn, words in enumerate(SCRIPT):
+                said = [(m["role"], m["content"]) for m in messages]
+                priming = asyncio.create_task(model.prime(said))  # the caller begins to speak
+                await asyncio.sleep(rng.uniform(*SPEAKING_S))
                 started = time.perf_counter()
                 p = await model.probability(words, [(m["role"], m["content"]) for m in messages])
                 leg.asked += 1
@@ -101,7 +106,8 @@ async def conversation(
                 answer = await stream_chat(http, llm, messages, temperature=0)
                 messages.append({"role": "assistant", "content": answer.text.strip()})
                 leg.ttfts.append(answer.ttft_s)
-                await asyncio.sleep(rng.uniform(*BETWEEN_TURNS_S))
+                await priming
+                await asyncio.sleep(rng.uniform(*LISTENING_S))
         finally:
             await model.close()
 
@@ -135,8 +141,10 @@ def render(
         "as the default profile starts it (1 thread, one answer at a time). Each call "
         f"plays a twelve-turn conversation, {rounds} rounds: before each answer the model is asked "
         f"with the product's timeout ({timeout_s} s), then the answer is streamed (at most 60 "
-        f"tokens); {BETWEEN_TURNS_S[0]:g}-{BETWEEN_TURNS_S[1]:g} s between an answer's end and "
-        "the next question.",
+        f"tokens); {LISTENING_S[0]:g}-{LISTENING_S[1]:g} s from an answer's end to the "
+        f"caller's first word, when the model is given the conversation to read "
+        f"(`TextEndOfTurn.prime`, as the product does), and {SPEAKING_S[0]:g}-"
+        f"{SPEAKING_S[1]:g} s more to the question.",
         "",
         "| server | calls at once | the model | answered in time | in time, per turn 1-12 | "
         "in-time answer p50 / p95 | turn's wait for it, mean | answer's first token p50 / p95 | "

@@ -12,8 +12,9 @@ gives.
 
 With ``--question_slots N`` (N ≥ 1) the questions are read on a context of their own, one
 sequence for each of the N callers (the request's ``user``) that asked last, and do not wait
-for the answers' lock; with 0 they share the answers' context and wait behind them
-(:mod:`agent.local.question_slots`).
+for the answers' lock (:mod:`agent.local.question_slots`); each is then read into the answers'
+context too once it is free, for the answer that follows (:mod:`agent.local.answers_warmer`).
+With 0 they share the answers' context and wait behind them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from llama_cpp.server.types import CreateCompletionRequest
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from agent.local.answers_warmer import AnswersWarmer
 from agent.local.next_token import next_token_completion
 from agent.local.question_slots import PromptTooLong, QuestionSlots, SharedContext
 
@@ -68,7 +70,10 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
         async with contextlib.asynccontextmanager(llama_app.get_llama_proxy)() as proxy:
             return await _next_token(body, proxy, SharedContext)
     # The one model never changes (create_app), so its tokenizer needs no lock.
-    return await _next_token(body, llama_app._llama_proxy, lambda _: slots)
+    completion = await _next_token(body, llama_app._llama_proxy, lambda _: slots)
+    warmer: AnswersWarmer = request.app.state.answers_warmer
+    warmer.warm(body.user, body.prompt if isinstance(body.prompt, str) else body.prompt[0])
+    return completion
 
 
 async def _next_token(
@@ -109,6 +114,9 @@ def create_app(
     proxy = llama_app._llama_proxy  # set by create_app, with its one model loaded
     assert proxy is not None
     app.state.question_slots = QuestionSlots(proxy(), question_slots) if question_slots else None
+    app.state.answers_warmer = AnswersWarmer(
+        contextlib.asynccontextmanager(llama_app.get_llama_proxy)
+    )
     app.add_api_route(
         "/v1/completions",
         create_completion,

@@ -20,7 +20,9 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   to it, and so do "Can you." and "Ich möchte."), unless they are one word or the recognizer
   closed them with a question mark (the model cannot read those); at least ``text_end_p``
   ends any turn on the short wait (a statement; off by default). The turn waits for it at most
-  its client's timeout; without an answer the words decide, as without the model.
+  its client's timeout; without an answer the words decide, as without the model. When the
+  user begins to speak, the model is given the conversation so far to read meanwhile, so the
+  question at the turn's end reads only the words.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
   too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
@@ -224,6 +226,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._p_end: float | None = None  # the text model's answer on the words so far
         self._p_due = False  # asked, no answer yet
         self._p_task: asyncio.Task[None] | None = None
+        self._prime_task: asyncio.Task[None] | None = None
         self._turns_ended = 0  # an answer is for the turn (and the words) it was asked on
         self._text = ""
         self._interim = ""  # the latest segment's words so far, before its final transcript
@@ -263,10 +266,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     async def cleanup(self) -> None:
         await super().cleanup()
-        for task in (self._watcher, self._verdict_task, self._p_task):
+        for task in (self._watcher, self._verdict_task, self._p_task, self._prime_task):
             if task is not None:
                 await self.task_manager.cancel_task(task)
-        self._watcher = self._verdict_task = self._p_task = None
+        self._watcher = self._verdict_task = self._p_task = self._prime_task = None
         if self._analyzer is not None:
             await self._analyzer.cleanup()
         if self._text_model is not None:
@@ -304,6 +307,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._interim = ""  # a new segment: its words are not known yet
             self._speech_ended_at = self._quiet_heard_s = None
             self._verdict, self._verdict_due = None, False
+            self._prime_text_model()
             self._schedule()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._speaking = False
@@ -457,6 +461,18 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._p_due = True
         self._p_task = self.task_manager.create_task(
             self._read_text_model(self._text, self._turns_ended), f"{self}::_read_text_model"
+        )
+
+    def _prime_text_model(self) -> None:
+        """The user began to speak: have the model read the conversation so far in the
+        meantime, so that its question at the turn's end reads only the words
+        (:meth:`TextEndOfTurn.prime`)."""
+        if self._text_model is None or self._analyzer is None or self._context is None:
+            return
+        if self._prime_task is not None and not self._prime_task.done():
+            return
+        self._prime_task = self.task_manager.create_task(
+            self._text_model.prime(self._context()), f"{self}::_prime_text_model"
         )
 
     async def _read_text_model(self, text: str, turn: int) -> None:

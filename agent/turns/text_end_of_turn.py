@@ -71,10 +71,17 @@ MAX_USER_CHARS = 600
 """How much of the user's words the prompt keeps (their end): a long turn adds prompt tokens,
 and time, for nothing the last words do not say."""
 
+PRIME_TIMEOUT_S = 10.0
+"""How long :meth:`TextEndOfTurn.prime` waits for its answer: it is read while the user
+speaks, and nothing waits for it."""
+
 LATE_IN_A_ROW = 2
 """Timeouts in a row after which a call's questions rest (:class:`TextEndOfTurn`)."""
 REST_FOR = 3
 """Questions not asked after :data:`LATE_IN_A_ROW` timeouts, before the model is tried again."""
+
+_FAILURES = (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError)
+"""What a server that is down, refuses, or answers no completion raises in the client."""
 
 Conversation = Sequence[tuple[str, str]]
 """The messages before the user's words, as ``(role, text)``: the system prompt first."""
@@ -89,6 +96,8 @@ class TextEndOfTurnStats:
     timed_out: int = 0
     rested: int = 0
     """Questions not asked: the call's model was resting after answers that came too late."""
+    primed: int = 0
+    """Conversations read ahead of the user's words (:meth:`TextEndOfTurn.prime`)."""
     seconds: float = 0.0
     """Total time of the answered requests."""
 
@@ -169,6 +178,7 @@ class TextEndOfTurn:
         self._verify = base_url.startswith("https:")  # no CA bundle to load for plain HTTP
         self._http: httpx.AsyncClient | None = None  # made on first use, on the call's loop
         self._banned: dict[str, float] | None = None
+        self._primed = ""
 
     @property
     def _client(self) -> httpx.AsyncClient:
@@ -208,7 +218,7 @@ class TextEndOfTurn:
                 rest = f"; not asked for the next {self._rest_for} turns that need it"
             logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used{rest}")
             return None
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as error:
+        except _FAILURES as error:
             STATS.failed += 1
             logger.warning(f"text end of turn: {type(error).__name__}: {error}; not used")
             return None
@@ -218,6 +228,27 @@ class TextEndOfTurn:
         STATS.seconds += seconds
         logger.debug(f"text end of turn: p={p:.3f} in {1000 * seconds:.0f} ms")
         return p
+
+    async def prime(self, conversation: Conversation) -> None:
+        """Have the server read ``conversation`` before the user's words are known (call it
+        when the user begins to speak), so the question at the turn's end reads only the words.
+
+        A server that keeps the call's prompt apart from the answers' (``agent.local.llm_app``)
+        has not read the bot's last message: at 150-200 tokens a second on one thread, an
+        answer of 40 tokens and the words took 300 ms, near the question's timeout. Read while
+        the user speaks, it costs the question nothing. A conversation already read is not sent
+        again; a failure only means the question reads it all (logged at DEBUG)."""
+        prompt = chatml_prompt("", conversation)
+        if prompt == self._primed:
+            return
+        self._primed = prompt
+        try:
+            async with asyncio.timeout(PRIME_TIMEOUT_S):
+                await self._ask(prompt)
+        except (TimeoutError, *_FAILURES) as error:
+            logger.debug(f"text end of turn: the conversation was not read ahead: {error!r}")
+            return
+        STATS.primed += 1
 
     async def _ask(self, prompt: str) -> float:
         body = {

@@ -153,6 +153,48 @@ async def test_each_call_names_itself_so_the_server_keeps_calls_apart(
     assert len(users) == 4 and users[0] == users[2] != users[1] == users[3]
 
 
+async def test_the_conversation_is_read_ahead_once_and_the_question_goes_on_from_it(
+    recording: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """``prime`` sends the conversation open for the user's words, under the call's ``user``,
+    once per conversation; the question's prompt then only adds the words."""
+    url, bodies = recording
+    conversation = [("system", "Be brief."), ("assistant", "Hello!")]
+    model = TextEndOfTurn(url, "m", timeout_s=2.0)
+    primed = STATS.primed
+    try:
+        await model.prime(conversation)
+        await model.prime(conversation)  # the same conversation: not sent again
+        await model.probability("What time is it", conversation)
+    finally:
+        await model.close()
+    ahead, question = (body for body in bodies if "prompt" in body)
+    assert (
+        ahead["prompt"]
+        == chatml_prompt("", conversation)
+        == (
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\n"
+        )
+    )
+    assert question["prompt"] == ahead["prompt"] + "what time is it"
+    assert ahead["user"] == question["user"]
+    assert STATS.primed == primed + 1
+
+
+async def test_a_failed_read_ahead_is_silent_and_leaves_the_question_alone(
+    resetting: str,
+) -> None:
+    model = TextEndOfTurn(resetting, "m", timeout_s=2.0)
+    failed, primed = STATS.failed, STATS.primed
+    try:
+        await model.prime([("system", "Be brief.")])
+    finally:
+        await model.close()
+    assert (STATS.failed, STATS.primed) == (failed, primed)  # neither an answer nor a failure
+
+
 @requires_local_llm
 async def test_the_model_hears_a_sentence_go_on(local_llm: LLMSettings) -> None:
     assert local_llm.base_url is not None
@@ -382,6 +424,31 @@ async def test_words_that_ask_still_wait_when_the_model_hears_them_go_on(
     await turn.pause("Book a table.")
     await turn.until_ended(within_s=bound_s + 0.5)
     assert turn.after_speech() > bound_s - 0.02, "ended although the model heard it go on"
+
+
+async def test_the_model_reads_the_conversation_while_the_user_speaks(
+    make: Any, recording: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """At the user's first word the model is given the conversation so far, once for the turn
+    (a second segment does not send it again), so its question at the end reads only words."""
+    url, bodies = recording
+    conversation = [("system", "Be brief."), ("assistant", "How can I help?")]
+    model = TextEndOfTurn(url, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_model=model,
+        text_unfinished_p=0.5,
+        context=lambda: conversation,
+    )
+    await turn.speak()
+    await turn.pause("Book a table")
+    await turn.speak()
+    await turn.pause("for two people.")
+    await turn.until_ended(within_s=WAIT_S + 0.5)
+    prompts = [body["prompt"] for body in bodies if "prompt" in body]
+    assert prompts[0] == chatml_prompt("", conversation)
+    assert prompts.count(chatml_prompt("", conversation)) == 1
+    await model.close()
 
 
 async def test_two_words_are_read_by_the_model_unless_the_veto_starts_at_three(

@@ -1,0 +1,61 @@
+"""Read each call's latest question into the answers' context too, when that context is free.
+
+A question read in the call's own sequence (:class:`~agent.local.question_slots.QuestionSlots`)
+leaves the answers' context as it was: its one kept prompt may be another call's, and the
+answer that follows the question would read the whole conversation again, at about 140 tokens
+a second on one thread (``bench/results/text_model_calls.md``: with two calls, the answers'
+first token p50 went from 133 ms to 1.7 s). On the answers' context the question used to do
+that reading for the answer. :class:`AnswersWarmer` does it again, off the question's path:
+after the question is answered, the same prompt is read into the answers' context once its
+lock is free, so the answer after it reads only its own header; an answer already under way
+is never held by it. One prompt per caller waits, the latest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
+from starlette.concurrency import run_in_threadpool
+
+from agent.local.question_slots import SharedContext
+
+LockedModel = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+"""Holds the answers' lock while entered, giving the model (llama-cpp-python's ``LlamaProxy``:
+called, it returns the ``Llama``)."""
+
+
+class AnswersWarmer:
+    """Reads prompts into the answers' context in the background, one at a time, oldest
+    caller first."""
+
+    def __init__(self, locked_model: LockedModel) -> None:
+        self._locked_model = locked_model
+        self._waiting: OrderedDict[str | None, str] = OrderedDict()
+        self._worker: asyncio.Task[None] | None = None
+
+    def warm(self, caller: str | None, prompt: str) -> None:
+        """Have ``prompt`` read into the answers' context soon (replacing ``caller``'s prompt
+        still waiting, if any). Call on the server's event loop."""
+        self._waiting.pop(caller, None)
+        self._waiting[caller] = prompt
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._read_waiting())
+
+    async def _read_waiting(self) -> None:
+        while self._waiting:
+            _, prompt = self._waiting.popitem(last=False)
+            try:
+                async with self._locked_model() as proxy:
+                    await run_in_threadpool(_read, proxy(), prompt)
+            except Exception as error:  # the answer will read it itself
+                logger.warning(f"llm_app: the answers' context did not read ahead: {error!r}")
+
+
+def _read(llama: Any, prompt: str) -> None:
+    """Read ``prompt`` as the answer's completion will tokenize it, after what is kept."""
+    SharedContext(llama).last_logits(llama.tokenize(prompt.encode("utf-8"), special=True))
