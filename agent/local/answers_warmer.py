@@ -6,9 +6,9 @@ answer that follows the question would read the whole conversation again, at abo
 a second on one thread (``bench/results/text_model_calls.md``: with two calls, the answers'
 first token p50 went from 133 ms to 1.7 s). On the answers' context the question used to do
 that reading for the answer. :class:`AnswersWarmer` does it again, off the question's path:
-after the question is answered, the same prompt is read into the answers' context once its
-lock is free, so the answer after it reads only its own header; an answer already under way
-is never held by it. One prompt per caller waits, the latest.
+after the question is answered, the conversation it was asked in is read into the answers'
+context once its lock is free, so the answer after it reads only the user's message; an answer
+already under way is never held by it. One prompt per caller waits, the latest.
 """
 
 from __future__ import annotations
@@ -51,9 +51,22 @@ class AnswersWarmer:
             _, prompt = self._waiting.popitem(last=False)
             try:
                 async with self._locked_model() as proxy:
-                    await run_in_threadpool(_read, proxy(), prompt)
+                    await run_in_threadpool(_read, proxy(), answers_prefix(prompt))
             except Exception as error:  # the answer will read it itself
                 logger.warning(f"llm_app: the answers' context did not read ahead: {error!r}")
+
+
+OPEN_USER_MESSAGE = "<|im_start|>user\n"
+"""Where ChatML opens the user's message: the question's words after it are written as spoken
+(lower case, no marks: :func:`agent.turns.text_end_of_turn.as_spoken`), and the answer's user
+message never starts with them."""
+
+
+def answers_prefix(prompt: str) -> str:
+    """The part of a question's ``prompt`` the answer after it shares: up to the open user
+    message (reading the spoken words would only delay the answer, which reads its own)."""
+    opened = prompt.rfind(OPEN_USER_MESSAGE)
+    return prompt if opened < 0 else prompt[: opened + len(OPEN_USER_MESSAGE)]
 
 
 def _read(llama: Any, prompt: str) -> None:

@@ -70,14 +70,15 @@ async def test_a_question_is_read_into_the_answers_context_once_it_is_free(llama
     answers = AnswersLock(llama)
     warmer = AnswersWarmer(answers)
     first = chatml_prompt("book a table", CONVERSATION)
-    latest = chatml_prompt("book a table for two", CONVERSATION)
+    later = [*CONVERSATION, ("user", "Book a table."), ("assistant", "For how many?")]
+    latest = chatml_prompt("for two", later)
     async with answers.lock:  # an answer is streaming
         warmer.warm("call-a", first)
         warmer.warm("call-a", latest)  # the same call asked again meanwhile: only this is read
         await asyncio.sleep(0.2)
         assert kept(llama) == [] and answers.held == 0  # the answer is never held up
     await answers.released(1)
-    assert kept(llama) == tokens(llama, latest)
+    assert kept(llama) == tokens(llama, chatml_prompt("", later))  # not the words as spoken
     await asyncio.sleep(0.2)
     assert answers.held == 1
 
@@ -88,9 +89,20 @@ async def test_each_waiting_call_is_read_in_turn_and_a_failure_harms_none(llama:
     llama.reset()
     answers = AnswersLock(llama)
     warmer = AnswersWarmer(answers)
-    b_prompt = chatml_prompt("what time is it", CONVERSATION)
+    b_prompt = chatml_prompt("", CONVERSATION)
     async with answers.lock:
         warmer.warm("call-a", "word " * 600)  # longer than the context: refused, logged
         warmer.warm("call-b", b_prompt)
     await answers.released(2)
     assert kept(llama) == tokens(llama, b_prompt)
+
+
+def test_the_answers_read_a_question_up_to_the_open_user_message() -> None:
+    """The question's words are written as spoken ("what time is it"), the answer's user
+    message as recognized ("What time is it?"): only the conversation before them is shared."""
+    from agent.local.answers_warmer import answers_prefix
+
+    conversation = chatml_prompt("", CONVERSATION)
+    assert answers_prefix(chatml_prompt("what time is it", CONVERSATION)) == conversation
+    assert answers_prefix(conversation) == conversation
+    assert answers_prefix("The sky is") == "The sky is"  # not ChatML: all of it
