@@ -70,5 +70,8 @@ def answers_prefix(prompt: str) -> str:
 
 
 def _read(llama: Any, prompt: str) -> None:
-    """Read ``prompt`` as the answer's completion will tokenize it, after what is kept."""
-    SharedContext(llama).last_logits(llama.tokenize(prompt.encode("utf-8"), special=True))
+    """Read ``prompt`` as the answer's completion will tokenize it, after what is kept (if
+    anything is left to read: a call's question after its read-ahead shares its prefix)."""
+    tokens = llama.tokenize(prompt.encode("utf-8"), special=True)
+    if llama.longest_token_prefix(llama._input_ids.tolist(), tokens) < len(tokens):
+        SharedContext(llama).last_logits(tokens)
