@@ -38,9 +38,15 @@ class AnswersWarmer:
         self._waiting: OrderedDict[str | None, str] = OrderedDict()
         self._worker: asyncio.Task[None] | None = None
 
-    def warm(self, caller: str | None, prompt: str) -> None:
-        """Have ``prompt`` read into the answers' context soon (replacing ``caller``'s prompt
-        still waiting, if any). Call on the server's event loop."""
+    def after_question(self, caller: str | None, prompt: str) -> None:
+        """``caller`` asked about the words at the end of ``prompt``: have the conversation
+        before them read into the answers' context soon (replacing ``caller``'s still waiting,
+        if any). A read-ahead, which ends at the open user message, is left out: no answer
+        follows it soon, and before then another call's answer would evict it (with two calls
+        reading it early cost their answers' first token more than it saved). Call on the
+        server's event loop."""
+        if answers_prefix(prompt) == prompt:
+            return
         self._waiting.pop(caller, None)
         self._waiting[caller] = prompt
         if self._worker is None or self._worker.done():

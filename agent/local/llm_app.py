@@ -72,8 +72,12 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
     # The one model never changes (create_app), so its tokenizer needs no lock.
     completion = await _next_token(body, llama_app._llama_proxy, lambda _: slots)
     warmer: AnswersWarmer = request.app.state.answers_warmer
-    warmer.warm(body.user, body.prompt if isinstance(body.prompt, str) else body.prompt[0])
+    warmer.after_question(body.user, _prompt(body))
     return completion
+
+
+def _prompt(body: CreateCompletionRequest) -> str:
+    return body.prompt if isinstance(body.prompt, str) else body.prompt[0]
 
 
 async def _next_token(
@@ -81,14 +85,13 @@ async def _next_token(
     proxy: Any,
     reader_of: Callable[[Llama], QuestionSlots | SharedContext],
 ) -> dict[str, Any]:
-    prompt = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
     kwargs: dict[str, Any] = {}
     llama = llama_app.prepare_request_resources(body, proxy, body.model, kwargs)
     try:
         return await run_in_threadpool(
             next_token_completion,
             llama,
-            prompt,
+            _prompt(body),
             reader=reader_of(llama),
             caller=body.user,
             top=body.logprobs or 0,

@@ -73,8 +73,8 @@ async def test_a_question_is_read_into_the_answers_context_once_it_is_free(llama
     later = [*CONVERSATION, ("user", "Book a table."), ("assistant", "For how many?")]
     latest = chatml_prompt("for two", later)
     async with answers.lock:  # an answer is streaming
-        warmer.warm("call-a", first)
-        warmer.warm("call-a", latest)  # the same call asked again meanwhile: only this is read
+        warmer.after_question("call-a", first)
+        warmer.after_question("call-a", latest)  # asked again meanwhile: only this is read
         await asyncio.sleep(0.2)
         assert kept(llama) == [] and answers.held == 0  # the answer is never held up
     await answers.released(1)
@@ -89,12 +89,24 @@ async def test_each_waiting_call_is_read_in_turn_and_a_failure_harms_none(llama:
     llama.reset()
     answers = AnswersLock(llama)
     warmer = AnswersWarmer(answers)
-    b_prompt = chatml_prompt("", CONVERSATION)
+    too_long = chatml_prompt("hello", [("system", "word " * 600)])
     async with answers.lock:
-        warmer.warm("call-a", "word " * 600)  # longer than the context: refused, logged
-        warmer.warm("call-b", b_prompt)
+        warmer.after_question("call-a", too_long)  # longer than the context: refused, logged
+        warmer.after_question("call-b", chatml_prompt("what time is it", CONVERSATION))
     await answers.released(2)
-    assert kept(llama) == tokens(llama, b_prompt)
+    assert kept(llama) == tokens(llama, chatml_prompt("", CONVERSATION))
+
+
+async def test_a_read_ahead_is_left_to_the_question(llama: Any) -> None:
+    """A read-ahead (the conversation open for words not yet spoken) has no answer right after
+    it: read into the answers' context, another call's answer would evict it first."""
+    from agent.local.answers_warmer import AnswersWarmer
+
+    llama.reset()
+    answers = AnswersLock(llama)
+    AnswersWarmer(answers).after_question("call-a", chatml_prompt("", CONVERSATION))
+    await asyncio.sleep(0.3)
+    assert answers.held == 0 and kept(llama) == []
 
 
 def test_the_answers_read_a_question_up_to_the_open_user_message() -> None:
