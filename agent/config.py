@@ -97,13 +97,13 @@ class LocalLLMSettings(_Section):
     )
     n_batch: int = Field(default=256, ge=8, description="Prompt tokens evaluated per batch.")
     question_slots: int = Field(
-        default=4,
+        default=0,
         ge=0,
-        description="Calls whose text end-of-turn questions each keep a sequence of n_ctx "
-        "tokens on a context of their own (SmolLM2: 23 KB a token, 4 x 2048 = 190 MB), so "
-        "they wait neither for the answers nor for each other's prompts; more calls share "
-        "them, least recent first. 0: the questions use the answers' context and wait "
-        "behind their answers.",
+        description="0: the text end-of-turn questions are read on the answers' context, "
+        "behind their lock. N: on a context of their own, a sequence of n_ctx tokens for each "
+        "of the N calls that asked last (SmolLM2: 23 KB a token, 47 MB a call), so they wait "
+        "neither for another call's answer nor for its prompt: in time with four calls, but "
+        "with two the answers started later (bench/results/text_model_calls.md).",
     )
 
 

@@ -12,12 +12,12 @@ were answered in time, their time, and the answers' time to first token, against
 first server in the same run. The servers: llama-cpp-python's own as the profile first ran it
 (``stock``: every position's logits kept, and one-token logprobs log-softmaxed over the whole
 conversation), and ``agent.local.llm_app``, which reads the last position only, with the
-questions on the answers' context behind their lock (``shared``, ``--question_slots 0``) or on
-a context of their own, a sequence per call (``ours``, the default). The modes: the model asked
+questions on the answers' context behind their lock (``shared``, the default) or on a context
+of their own, a sequence per call (``slots``, ``--question_slots 4``). The modes: the model asked
 before every answer (``every``), and as the product asks it, resting for three questions after
 two late answers in a row (``rests``).
 
-    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers shared,ours]
+    .venv/bin/python -m bench.text_model_calls [--calls 1,2,4] [--servers shared,slots]
         [--modes rests] [--rounds 2] [--no-write]
 """
 
@@ -74,8 +74,8 @@ MODES: dict[str, tuple[str, int]] = {
 
 SERVERS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "stock": ("llama-cpp-python's own", True, ()),
-    "shared": ("`agent.local.llm_app`, questions on the answers' context", False, ("0",)),
-    "ours": ("`agent.local.llm_app`, a sequence per call (default)", False, ()),
+    "shared": ("`agent.local.llm_app`, questions on the answers' context (default)", False, ()),
+    "slots": ("`agent.local.llm_app`, a sequence per call (`--question_slots 4`)", False, ("4",)),
 }
 """Each server's name in the table, whether it is the stock one (``peers.STOCK_LLM_SERVER``),
 and its ``--question_slots`` (none: the profile's)."""
@@ -169,7 +169,7 @@ def render(
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", default="1,2,4", help="comma list of calls at once")
-    parser.add_argument("--servers", default="shared,ours", help=f"of {', '.join(SERVERS)}")
+    parser.add_argument("--servers", default="shared,slots", help=f"of {', '.join(SERVERS)}")
     parser.add_argument("--modes", default="rests", help=f"of {', '.join(MODES)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)

@@ -8,9 +8,9 @@ model's question held only the bot's last message and the user's words, each nex
 the whole conversation again; it now holds the answer's own conversation up to the user's
 words, and this bench shows what that costs.
 
-For each server setting (as the product starts it, the questions read on a context of their
-own, a sequence per call; and with the questions on the answers' context, whose kept prompt they
-then share, ``--question_slots 0``), a six-turn conversation is played
+For each server setting (as the product starts it, the questions read on the answers' context,
+whose kept prompt they then share; and on a context of their own, a sequence per call,
+``--question_slots 4``), a six-turn conversation is played
 twice: answers only, and with the product's client asking the model about the user's words
 before each answer. Per turn: time to the answer's first token (request sent → first streamed
 content, the whole history in the request, temperature 0), and the model's own answer time.
@@ -49,8 +49,8 @@ TURNS = (
     "Thanks, that is all.",
 )
 SERVERS = {
-    "as the product starts it (questions in a sequence of the call's own)": [],
-    "questions on the answers' context (--question_slots 0)": ["--question_slots", "0"],
+    "as the product starts it (questions on the answers' context)": [],
+    "questions in a sequence of the call's own (--question_slots 4)": ["--question_slots", "4"],
 }
 
 

@@ -36,13 +36,16 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from agent.local.answers_warmer import AnswersWarmer
-from agent.local.next_token import next_token_completion
+from agent.local.next_token import next_token_completion, token_id
 from agent.local.question_slots import PromptTooLong, QuestionSlots, SharedContext
 
 ONE_TOKEN_ONLY = (
     "this server reports logprobs for one greedy next token only: send max_tokens 1, "
     "temperature 0, a single prompt, and no stream, echo, suffix, grammar or n above 1"
 )
+
+
+EMPTY_PROMPT = "the prompt is empty: give the text to continue"
 
 
 def _reads_one_next_token(body: CreateCompletionRequest) -> bool:
@@ -60,7 +63,12 @@ def _reads_one_next_token(body: CreateCompletionRequest) -> bool:
 
 
 async def create_completion(request: Request, body: CreateCompletionRequest) -> Any:
-    """``/v1/completions``: llama-cpp-python's own, but for one-token logprobs."""
+    """``/v1/completions``: llama-cpp-python's own, but for one-token logprobs (and a 400 for
+    an empty prompt, on which llama-cpp-python's own fails with a 500)."""
+    if not body.prompt or not any(body.prompt):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=EMPTY_PROMPT)
+    if body.logit_bias and body.logit_bias_type != "tokens":
+        _check_token_ids(body.logit_bias)  # llama-cpp-python's own fails on others with a 500
     if body.logprobs is None:
         return await llama_app.create_completion(request, body)
     if not _reads_one_next_token(body):
@@ -78,6 +86,18 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
 
 def _prompt(body: CreateCompletionRequest) -> str:
     return body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+
+
+def _check_token_ids(logit_bias: dict[str, float]) -> None:
+    proxy = llama_app._llama_proxy
+    if proxy is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail="no model loaded yet")
+    vocabulary = proxy().n_vocab()
+    try:
+        for key in logit_bias:
+            token_id(key, vocabulary)
+    except ValueError as error:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=f"bad request: {error}") from None
 
 
 async def _next_token(
@@ -137,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--question_slots",
         type=int,
-        default=4,
+        default=0,
         help="callers whose one-token logprobs questions keep a sequence of their own on a "
         "second context (n_ctx tokens each); 0: on the answers' context, behind their lock",
     )

@@ -32,7 +32,7 @@ import numpy as np
 from agent.local.question_slots import QuestionSlots, SharedContext
 
 
-def _token_id(key: str, vocabulary: int) -> int:
+def token_id(key: str, vocabulary: int) -> int:
     """``logit_bias``'s key as a token id of this model, or a ValueError that says why not."""
     try:
         token = int(key)
@@ -77,12 +77,12 @@ def next_token_completion(
     if not prompt:
         raise ValueError("the prompt is empty: give the text whose next token to read")
     tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
-    biases = {_token_id(key, llama.n_vocab()): bias for key, bias in (logit_bias or {}).items()}
+    biases = {token_id(key, llama.n_vocab()): bias for key, bias in (logit_bias or {}).items()}
     logits, cached = reader.last_logits(tokens, caller)
     logprobs = llama_cpp.Llama.logits_to_logprobs(logits)
     biased = logits.copy()
-    for token_id, bias in biases.items():
-        biased[token_id] += bias
+    for biased_token, bias in biases.items():
+        biased[biased_token] += bias
     token = int(np.argmax(biased))
     if llama_cpp.llama_vocab_is_eog(llama._model.vocab, token):
         # llama-cpp-python ends the completion on it before writing any logprob.

@@ -47,9 +47,9 @@ def test_the_default_profile_starts_it_on_loopback_with_its_sized_settings() -> 
     # One call's answer is never cut short because another call asked meanwhile.
     assert option("--interrupt_requests") == "False"
     # Answers keep only their last position's logits; one-token logprobs are llm_app's own,
-    # read on a context beside the answers', a sequence for each of four calls.
+    # read on the answers' context (no second KV cache).
     assert option("--logits_all") == "False"
-    assert option("--question_slots") == str(llm.local.question_slots) == "4"
+    assert option("--question_slots") == str(llm.local.question_slots) == "0"
     assert child.ready_url == f"http://127.0.0.1:{llm.local.port}/v1/models"
     assert llm.base_url == f"http://127.0.0.1:{llm.local.port}/v1"
 
@@ -109,6 +109,10 @@ async def test_the_running_server_gives_one_next_tokens_logprobs_and_refuses_mor
             bad_bias = await http.post("/completions", json={**question, "logit_bias": {key: 1}})
             assert bad_bias.status_code == 400 and says in bad_bias.json()["detail"], key
 
+        for empty in ({**question, "prompt": ""}, {"model": local_llm.model, "prompt": [""]}):
+            refused = await http.post("/completions", json=empty)  # llama-cpp-python's: a 500
+            assert refused.status_code == 400 and "prompt is empty" in refused.json()["detail"]
+
         plain = {"model": local_llm.model, "prompt": "The sky is", "max_tokens": 3}
         completion = await http.post("/completions", json=plain)  # llama-cpp-python's own
         assert completion.status_code == 200 and "logprobs" in completion.json()["choices"][0]
@@ -149,11 +153,11 @@ def test_no_logprobs_request_breaks_the_server(local_llm: LLMSettings, changes: 
 
 
 @pytest.fixture(scope="module")
-def shared_context_llm() -> Iterator[LLMSettings]:
-    """The server with ``question_slots`` 0: questions on the answers' context."""
+def sequences_llm() -> Iterator[LLMSettings]:
+    """The server with ``question_slots`` 4: questions on a context of their own."""
     from tests.fakes.serving import free_port
 
-    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port(), question_slots=0))
+    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port(), question_slots=4))
     supervisor = Supervisor([llm_child(settings)])
     asyncio.run(supervisor.start())
     try:
@@ -204,25 +208,27 @@ async def answered_while_another_call_streams(settings: LLMSettings) -> bool:
         return in_time
 
 
-async def test_a_question_does_not_wait_for_another_calls_answer(local_llm: LLMSettings) -> None:
-    assert await answered_while_another_call_streams(local_llm)
-
-
-async def test_with_no_question_slots_a_question_waits_behind_the_answers(
-    shared_context_llm: LLMSettings,
+async def test_with_question_slots_a_question_does_not_wait_for_another_calls_answer(
+    sequences_llm: LLMSettings,
 ) -> None:
-    """The other way (``llm.local.question_slots = 0``, no second KV cache): the question is
-    read on the answers' context, after the answer that holds it."""
-    assert not await answered_while_another_call_streams(shared_context_llm)
+    assert await answered_while_another_call_streams(sequences_llm)
 
 
-async def test_each_caller_reads_on_from_its_own_prompt(local_llm: LLMSettings) -> None:
+async def test_by_default_a_question_waits_behind_the_answers(local_llm: LLMSettings) -> None:
+    """The default (``llm.local.question_slots = 0``, no second KV cache): the question is read
+    on the answers' context, after the answer that holds it."""
+    assert not await answered_while_another_call_streams(local_llm)
+
+
+async def test_with_question_slots_each_caller_reads_on_from_its_own_prompt(
+    sequences_llm: LLMSettings,
+) -> None:
     """Two calls asking in turn: each question reads only the words its call added, as the
     usage's ``cached_tokens`` says."""
-    async with httpx.AsyncClient(base_url=str(local_llm.base_url), timeout=60) as http:
+    async with httpx.AsyncClient(base_url=str(sequences_llm.base_url), timeout=60) as http:
 
         async def ask(words: str, user: str) -> dict:
-            reply = await http.post("/completions", json=question(local_llm, words, user))
+            reply = await http.post("/completions", json=question(sequences_llm, words, user))
             assert reply.status_code == 200, reply.text
             return reply.json()["usage"]
 
