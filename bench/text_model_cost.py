@@ -12,8 +12,10 @@ For each server setting (as the product starts it, the questions read on the ans
 whose kept prompt they then share; and on a context of their own, a sequence per call,
 ``--question_slots 4``), a six-turn conversation is played
 twice: answers only, and with the product's client asking the model about the user's words
-before each answer. Per turn: time to the answer's first token (request sent → first streamed
-content, the whole history in the request, temperature 0), and the model's own answer time.
+before each answer (after giving it the conversation to read, as the product does when the
+user begins to speak; that read is not timed). Per turn: time to the answer's first token
+(request sent → first streamed content, the whole history in the request, temperature 0), and
+the model's own answer time.
 
     .venv/bin/python -m bench.text_model_cost [--rounds 2] [--no-write]
 """
@@ -65,8 +67,10 @@ async def conversation(llm: LLMSettings, ask_model: bool) -> tuple[list[float], 
         try:
             for words in TURNS:
                 if ask_model:
+                    said = [(m["role"], m["content"]) for m in messages]
+                    await model.prime(said)  # as the product does when the user begins to speak
                     started = time.perf_counter()
-                    await model.probability(words, [(m["role"], m["content"]) for m in messages])
+                    await model.probability(words, said)
                     asked.append(time.perf_counter() - started)
                 messages.append({"role": "user", "content": words})
                 answer = await stream_chat(http, llm, messages, temperature=0)
