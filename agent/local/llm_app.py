@@ -12,9 +12,10 @@ gives.
 
 With ``--question_slots N`` (N ≥ 1) the questions are read on a context of their own, one
 sequence for each of the N callers (the request's ``user``) that asked last, and do not wait
-for the answers' lock (:mod:`agent.local.question_slots`); each is then read into the answers'
-context too once it is free, for the answer that follows (:mod:`agent.local.answers_warmer`).
-With 0 they share the answers' context and wait behind them.
+for the answers' lock (:mod:`agent.local.question_slots`); each about words is then read into
+the answers' context once it is free, for the answer that follows
+(:mod:`agent.local.answers_warmer`). With 0 they share the answers' context and wait behind
+them.
 """
 
 from __future__ import annotations

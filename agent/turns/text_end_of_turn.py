@@ -31,9 +31,11 @@ after a user's words being ``<|endoftext|>``, far below; absent, its probability
 the ``k``-th token's, which this reads as 0 (so does a closing mark below it). The default
 profile's server (:mod:`agent.local.llm_app`) writes that same completion from the prompt's last
 position alone, so the question's cost does not grow with the call (llama-cpp-python's own
-log-softmaxes every position of the conversation for it), and reads it on a context beside the
-answers', in a sequence per caller: each call sends its own ``user``, the OpenAI field that
-names an end user, and its question waits neither for another call's answer nor for its prompt.
+log-softmaxes every position of the conversation for it); with ``llm.local.question_slots`` it
+reads it on a context beside the answers', in a sequence per caller: each call sends its own
+``user``, the OpenAI field that names an end user. When the user begins to speak, the model is
+given the conversation to read (:meth:`TextEndOfTurn.prime`), so the question at the turn's
+end reads only the words.
 
 The answer is a hint, never a wait: the client gives up after ``timeout_s`` (a busy machine, or
 a server that answers one request at a time, llama-cpp-python's own, while an answer streams)
