@@ -15,6 +15,7 @@ broken setup, and a skip there would pass a run that never tested the thing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -127,9 +128,10 @@ requires_local_llm = requires_modules(
 )
 
 
-@pytest.fixture(scope="module")
-def local_llm() -> Iterator[LLMSettings]:
-    """``llm`` settings of a running local LLM server (kind "local", a free port)."""
+@contextlib.contextmanager
+def running_local_llm(**local: Any) -> Iterator[LLMSettings]:
+    """``llm`` settings of a local LLM server started as ``serve`` starts it (kind "local", a
+    free port, ``local`` overriding other ``llm.local`` settings); stopped on the way out."""
     import asyncio
 
     from agent.config import LLMSettings, LocalLLMSettings
@@ -137,13 +139,20 @@ def local_llm() -> Iterator[LLMSettings]:
     from agent.local.supervisor import Supervisor
     from tests.fakes.serving import free_port
 
-    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port()))
+    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port(), **local))
     supervisor = Supervisor([llm_child(settings)])
     asyncio.run(supervisor.start())
     try:
         yield settings
     finally:
         supervisor.stop()
+
+
+@pytest.fixture(scope="module")
+def local_llm() -> Iterator[LLMSettings]:
+    """``llm`` settings of a running local LLM server with the default settings."""
+    with running_local_llm() as settings:
+        yield settings
 
 
 @pytest.fixture(scope="session")

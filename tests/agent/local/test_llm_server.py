@@ -13,10 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import LLMSettings, LocalLLMSettings, load_settings
+from agent.config import LLMSettings, load_settings
 from agent.local.llm_server import MODEL_PACKAGE, llm_child, packaged_model
-from agent.local.supervisor import Supervisor
-from tests.conftest import requires_local_llm
+from tests.conftest import requires_local_llm, running_local_llm
 
 pytestmark = requires_local_llm
 
@@ -155,15 +154,8 @@ def test_no_logprobs_request_breaks_the_server(local_llm: LLMSettings, changes: 
 @pytest.fixture(scope="module")
 def sequences_llm() -> Iterator[LLMSettings]:
     """The server with ``question_slots`` 4: questions on a context of their own."""
-    from tests.fakes.serving import free_port
-
-    settings = LLMSettings(kind="local", local=LocalLLMSettings(port=free_port(), question_slots=4))
-    supervisor = Supervisor([llm_child(settings)])
-    asyncio.run(supervisor.start())
-    try:
+    with running_local_llm(question_slots=4) as settings:
         yield settings
-    finally:
-        supervisor.stop()
 
 
 def question(settings: LLMSettings, words: str, user: str) -> dict:
