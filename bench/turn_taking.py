@@ -597,7 +597,13 @@ async def sweep(
                 if turn.get("text_model"):
                     turn["text_model_url"] = text_model_url
                 settings = settings_for(asr_url, tts.url, turn)
-                before = (STATS.answered, STATS.seconds, STATS.timed_out, STATS.failed)
+                before = (
+                    STATS.answered,
+                    STATS.seconds,
+                    STATS.timed_out,
+                    STATS.failed,
+                    STATS.primed,
+                )
                 if args.set == "extended":
                     rows += await measure_extended(
                         name, settings, args.noise, args.transports, reference
@@ -610,7 +616,8 @@ async def sweep(
                     TEXT_MODEL[name] = (
                         f"{answered} answers, mean {mean_ms:.0f} ms; "
                         f"{STATS.timed_out - before[2]} timed out, "
-                        f"{STATS.failed - before[3]} failed"
+                        f"{STATS.failed - before[3]} failed; "
+                        f"{STATS.primed - before[4]} conversations read ahead"
                     )
                     print(f"text model, {name}: {TEXT_MODEL[name]}", file=sys.stderr, flush=True)
             runs.append(rows)

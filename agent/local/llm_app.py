@@ -23,12 +23,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Request, status
-from llama_cpp import Llama
 from llama_cpp.server import app as llama_app
 from llama_cpp.server.cli import add_args_from_model
 from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
@@ -77,9 +75,9 @@ async def create_completion(request: Request, body: CreateCompletionRequest) -> 
     slots: QuestionSlots | None = request.app.state.question_slots
     if slots is None:
         async with contextlib.asynccontextmanager(llama_app.get_llama_proxy)() as proxy:
-            return await _next_token(body, proxy, SharedContext)
+            return await _next_token(body, proxy, None)
     # The one model never changes (create_app), so its tokenizer needs no lock.
-    completion = await _next_token(body, llama_app._llama_proxy, lambda _: slots)
+    completion = await _next_token(body, llama_app._llama_proxy, slots)
     warmer: AnswersWarmer = request.app.state.answers_warmer
     warmer.after_question(body.user, _prompt(body))
     return completion
@@ -102,10 +100,10 @@ def _check_token_ids(logit_bias: dict[str, float]) -> None:
 
 
 async def _next_token(
-    body: CreateCompletionRequest,
-    proxy: Any,
-    reader_of: Callable[[Llama], QuestionSlots | SharedContext],
+    body: CreateCompletionRequest, proxy: Any, slots: QuestionSlots | None
 ) -> dict[str, Any]:
+    """The question's completion, read in ``slots`` or (``None``, the caller holding the
+    answers' lock) on the answers' context."""
     kwargs: dict[str, Any] = {}
     llama = llama_app.prepare_request_resources(body, proxy, body.model, kwargs)
     try:
@@ -113,7 +111,7 @@ async def _next_token(
             next_token_completion,
             llama,
             _prompt(body),
-            reader=reader_of(llama),
+            reader=slots if slots is not None else SharedContext(llama),
             caller=body.user,
             top=body.logprobs or 0,
             logit_bias=kwargs.get("logit_bias"),

@@ -36,6 +36,13 @@ def _check_fits(tokens: list[int], n_ctx: int) -> None:
         )
 
 
+def _reusable(kept: list[int], tokens: list[int]) -> int:
+    """How many of ``tokens`` a context holding ``kept`` need not read again: their common
+    prefix, less the last token when it is all of them (its logits are not kept: it is read
+    again)."""
+    return min(llama_cpp.Llama.longest_token_prefix(kept, tokens), len(tokens) - 1)
+
+
 class SharedContext:
     """The answers' own context: the question reads on from their kept prompt. Not thread-safe:
     hold the server's lock around :meth:`last_logits`."""
@@ -53,9 +60,7 @@ class SharedContext:
         """
         llama = self._llama
         _check_fits(tokens, llama.n_ctx())
-        reuse = llama_cpp.Llama.longest_token_prefix(llama._input_ids.tolist(), tokens)
-        if reuse == len(tokens):
-            reuse -= 1  # replay the last token: its logits are not kept
+        reuse = _reusable(llama._input_ids.tolist(), tokens)
         if reuse > 0 and llama._ctx.kv_cache_seq_rm(-1, reuse, -1):
             llama.n_tokens = reuse
         else:
@@ -88,10 +93,6 @@ class QuestionSlots:
         self._slots: OrderedDict[str | None, int] = OrderedDict()  # least recent caller first
         self._lock = threading.Lock()
 
-    def n_ctx(self) -> int:
-        """The tokens one caller's prompt may hold (the answers' window)."""
-        return self._n_ctx
-
     def last_logits(self, tokens: list[int], caller: str | None = None) -> tuple[np.ndarray, int]:
         """The logits after ``tokens`` (a copy), and how many of them ``caller``'s sequence
         already held. Callers beyond ``slots`` take the sequence of the one that asked least
@@ -104,9 +105,7 @@ class QuestionSlots:
         _check_fits(tokens, self._n_ctx)
         with self._lock:
             slot = self._slot_of(caller)
-            reuse = llama_cpp.Llama.longest_token_prefix(self._kept[slot], tokens)
-            if reuse == len(tokens):
-                reuse -= 1  # replay the last token: its logits are not kept
+            reuse = _reusable(self._kept[slot], tokens)
             if not self._context.kv_cache_seq_rm(slot, reuse, -1):
                 self._context.kv_cache_seq_rm(slot, 0, -1)
                 reuse = 0
