@@ -228,3 +228,29 @@ async def test_with_question_slots_each_caller_reads_on_from_its_own_prompt(
         for user in ("call-a", "call-b"):
             later = await ask("can you tell me the opening hours", user)
             assert later["prompt_tokens_details"]["cached_tokens"] == first[user]["prompt_tokens"]
+
+
+async def test_with_question_slots_bad_questions_are_refused_and_harm_no_callers_sequence(
+    sequences_llm: LLMSettings,
+) -> None:
+    """Bad input on the sequences' path gets a 400 or 422 that says why, and the caller's kept
+    prompt survives it: its next question still reads only the new words."""
+    async with httpx.AsyncClient(base_url=str(sequences_llm.base_url), timeout=60) as http:
+        good = question(sequences_llm, "can you tell me", "call-x")
+        first = await http.post("/completions", json=good)
+        assert first.status_code == 200, first.text
+        bad = (
+            ({"prompt": "word " * 9000}, 400, "exceed context window"),
+            ({"prompt": ""}, 400, "prompt is empty"),
+            ({"logit_bias": {"49152": -100}}, 400, "this model's are 0-49151"),
+            ({"user": ["not", "a", "name"]}, 422, "user"),
+        )
+        for change, code, says in bad:
+            refused = await http.post("/completions", json={**good, **change})
+            assert refused.status_code == code and says in refused.text, (change, refused.text)
+        later = await http.post(
+            "/completions", json=question(sequences_llm, "can you tell me the hours", "call-x")
+        )
+        assert later.status_code == 200, later.text
+        kept = first.json()["usage"]["prompt_tokens"]
+        assert later.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == kept
