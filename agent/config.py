@@ -368,11 +368,20 @@ class TurnSettings(_Section):
         "ChatML model; unset: the local LLM's server when llm.kind is 'local', else none.",
     )
     text_end_p: float = Field(
-        default=1.01,
+        default=0.1,
         ge=0,
         le=1.01,
-        description="text_model: Smart Turn complete and p(end) at least this ends any turn on "
-        "the short wait (a statement), unless it stops on a word like 'to'; above 1: never.",
+        description="text_model: Smart Turn complete and p(end) at least this ends a turn whose "
+        "words do not ask (a statement) after text_end_wait_s, unless it stops on a word like "
+        "'to'; above 1: never.",
+    )
+    text_end_wait_s: float = Field(
+        default=0.8,
+        ge=0,
+        le=3,
+        description="text_model: quiet after the end of speech before a turn text_end_p calls "
+        "finished ends (LiveKit's minimum delay): a list item or a clause before a pause reads "
+        "as finished as a statement does, and only the quiet tells them apart.",
     )
     text_unfinished_p: float = Field(
         default=0.01,
@@ -423,11 +432,12 @@ class TurnSettings(_Section):
 
     @model_validator(mode="after")
     def _bound_holds(self) -> TurnSettings:
-        if self.complete_wait_s > self.unfinished_wait_s:
-            raise ValueError(
-                f"turn.complete_wait_s ({self.complete_wait_s}) must not exceed "
-                f"turn.unfinished_wait_s ({self.unfinished_wait_s}), the upper bound"
-            )
+        for name in ("complete_wait_s", "text_end_wait_s"):
+            if getattr(self, name) > self.unfinished_wait_s:
+                raise ValueError(
+                    f"turn.{name} ({getattr(self, name)}) must not exceed "
+                    f"turn.unfinished_wait_s ({self.unfinished_wait_s}), the upper bound"
+                )
         return self
 
 

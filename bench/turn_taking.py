@@ -77,7 +77,12 @@ REFERENCE_FINAL_DELAY_S = 0.3
 """The Voxtral stand-in's final, after the final commit (:mod:`tests.fakes.reference_words`)."""
 RECOGNIZERS = ("tiny.en", "reference")
 _SILENCE = {"end_of_turn": "silence", "smart_turn": False}
-_ADAPTIVE = {"end_of_turn": "adaptive", "vad_stop_secs": 0.2, "complete_wait_s": 0.0}
+_ADAPTIVE = {
+    "end_of_turn": "adaptive",
+    "vad_stop_secs": 0.2,
+    "complete_wait_s": 0.0,
+    "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
+}
 CONFIGS: dict[str, dict[str, Any]] = {
     "old default: silence, vad_stop 0.2 s": {**_SILENCE, "vad_stop_secs": 0.2},
     "silence, vad_stop 0.5 s": {**_SILENCE, "vad_stop_secs": 0.5},
@@ -157,6 +162,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "unfinished_wait_s": 1.3,
         "text_model": True,
         "text_unfinished_p": 0.001,
+    },
+    **{
+        f"+ text-model veto below 0.01, statements at p(end) >= 0.1 after {wait:g} s": {
+            **_ADAPTIVE,
+            "smart_turn": True,
+            "unfinished_wait_s": 1.3,
+            "text_model": True,
+            "text_unfinished_p": 0.01,
+            "text_end_p": 0.1,
+            "text_end_wait_s": wait,
+        }
+        for wait in (0.6, 0.8)
     },
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,
@@ -421,10 +438,12 @@ def summary_extended(row: Row) -> str:
     )
     done = [o for o in row.outcomes if o.utterance.complete_question]
     short = sum(o.waits[-1:] == ("complete",) for o in done)
+    finished = sum(o.waits[-1:] == ("finished",) for o in done)
+    on_the_model = f" (+ {finished} on the model's wait)" if finished else ""
     return (
         f"| {row.language} ({heard}) | {row.line}{', WebRTC' if row.transport == 'webrtc' else ''} "
-        f"| {row.name} | {false_ends} | "
-        f"{per_minute:.1f} | {missed} of {complete} | {short} of {complete} | {latency} |"
+        f"| {row.name} | {false_ends} | {per_minute:.1f} | {missed} of {complete} "
+        f"| {short} of {complete}{on_the_model} | {latency} |"
     )
 
 

@@ -212,6 +212,7 @@ def _user_params(
             text_check=turn.text_check,
             text_model=text_model,
             text_end_p=turn.text_end_p,
+            text_end_wait_s=turn.text_end_wait_s,
             text_unfinished_p=turn.text_unfinished_p,
             text_veto_min_words=turn.text_veto_min_words,
             context=context,

@@ -19,14 +19,20 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   complete: below ``text_unfinished_p`` it holds words that ask ("Can you tell me." goes on
   to it, and so do "Can you." and "Ich möchte."), unless they are one word or the recognizer
   closed them with a question mark (the model cannot read those); at least ``text_end_p``
-  ends any turn on the short wait (a statement; off by default). The turn waits for it at most
-  its client's timeout; without an answer the words decide, as without the model. When the
-  user begins to speak, the model is given the conversation so far to read meanwhile, so the
-  question at the turn's end reads only the words.
+  ends a turn whose words do not ask (a statement, a request in a language the words rule does
+  not know) after ``text_end_wait_s``: a middle wait, as LiveKit's turn detector ends a turn
+  its model calls finished after its minimum delay, because a clause or a list item before a
+  pause reads as finished as a statement does ("I need apples." 0.26, "I would like to book a
+  table for two people." 0.34), and only the quiet after it tells them apart (0.8 s in the
+  product: ``bench/results/turn_taking_multilingual.md``, first section). The turn waits for
+  the model at most its client's timeout; without an answer the words decide, as without the
+  model. When the user begins to speak, the model is given the conversation so far to read
+  meanwhile, so the question at the turn's end reads only the words.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
-  clause pause, and the hard upper bound for every turn. With ``"asks"`` a statement waits
-  too: on the bench's set Smart Turn calls clause pauses complete ("I would like to book a
-  table", 0.94), and no rule on the recognizer's text tells them from a finished statement.
+  clause pause, and the hard upper bound for every turn. Without the text model a statement
+  waits too with ``"asks"``: on the bench's set Smart Turn calls clause pauses complete ("I
+  would like to book a table", 0.94), and no rule on the recognizer's text tells them from a
+  finished statement.
 
 "End of speech" is the VAD's stop less its ``stop_secs``, so the waits do not grow when the
 recognizer is slow. Every path has a deadline of its own, so no turn is left to Pipecat's
@@ -68,6 +74,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 from loguru import logger
@@ -125,6 +132,10 @@ FLOOR_TIME_S = 1.0
 average over the frames the VAD calls quiet): slow enough that a short word in a pause barely
 moves it, fast enough to learn a line's noise from the second before the first word."""
 
+Ending = Literal["complete", "finished", "waited"]
+"""How a turn ends (and the strategy logs it): the short wait, the text model's wait, the
+bound."""
+
 TEXT_CHECKS = ("asks", "unfinished")
 """What the words must say for a turn Smart Turn calls complete to end on the short wait: that
 it asks for an answer, or only that it does not stop on an unfinished word."""
@@ -166,6 +177,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_check: str = "asks",
         text_model: TextEndOfTurn | None = None,
         text_end_p: float = 1.01,
+        text_end_wait_s: float = 0.0,
         text_unfinished_p: float = 0.0,
         text_veto_min_words: int = VETO_MIN_WORDS,
         context: Callable[[], Conversation] | None = None,
@@ -185,9 +197,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 an answer) or ``"unfinished"`` (they may only veto an unfinished ending).
             text_model: The language model's p(the sentence ends here) on the final words
                 (:mod:`agent.turns.text_end_of_turn`), beside Smart Turn; ``None``: not asked.
-            text_end_p: With Smart Turn's complete verdict, a p(end) at least this ends the
-                turn on the short wait whatever the words rule says (a statement), unless it
+            text_end_p: With Smart Turn's complete verdict, a p(end) at least this ends a
+                turn whose words do not ask (a statement) after ``text_end_wait_s``, unless it
                 stops on an unfinished word; above 1: never.
+            text_end_wait_s: Quiet after the end of speech before a turn ``text_end_p`` calls
+                finished ends; between ``complete_wait_s`` and ``unfinished_wait_s``.
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
                 answer, a p(end) below this waits (the model hears a sentence going on), unless
                 the turn has fewer than ``text_veto_min_words`` words or is closed with a
@@ -199,6 +213,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if complete_wait_s > unfinished_wait_s:
             raise ValueError(
                 f"complete_wait_s ({complete_wait_s}) must not exceed unfinished_wait_s "
+                f"({unfinished_wait_s}): the unfinished wait is the upper bound"
+            )
+        if text_end_wait_s > unfinished_wait_s:
+            raise ValueError(
+                f"text_end_wait_s ({text_end_wait_s}) must not exceed unfinished_wait_s "
                 f"({unfinished_wait_s}): the unfinished wait is the upper bound"
             )
         if late_final_s < 0:
@@ -220,6 +239,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._analyzer = turn_analyzer
         self._text_model = text_model
         self._text_end_p = text_end_p
+        self._text_end_wait_s = max(text_end_wait_s, complete_wait_s)
         self._text_unfinished_p = text_unfinished_p
         self._veto_min_words = text_veto_min_words
         self._context = context
@@ -419,23 +439,35 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._schedule()
         self._verdict_task = None
 
-    def _complete(self) -> bool:
-        """Whether the turn ends on the short wait: Smart Turn's verdict, the words as the
-        tie-breaker (the words alone without Smart Turn)."""
+    def _ending(self) -> Ending:
+        """How the turn ends, from what is known now: ``"complete"`` (the short wait: Smart
+        Turn's verdict, the words as the tie-breaker, the words alone without Smart Turn),
+        ``"finished"`` (``text_end_wait_s``: Smart Turn and the text model call a turn whose
+        words do not ask finished) or ``"waited"`` (the upper bound)."""
         if self._analyzer is None:
-            return asks_for_answer(self._text)
+            return "complete" if asks_for_answer(self._text) else "waited"
         if self._verdict != EndOfTurnState.COMPLETE:
-            return False
+            return "waited"
         asks = self._words_allow_short_wait(self._text)
         p = self._p_end
         if p is None:  # no model, or it did not answer: the words decide, as without it
-            return asks
+            return "complete" if asks else "waited"
         if asks:
-            return p >= self._text_unfinished_p or beyond_the_veto(self._text, self._veto_min_words)
-        return p >= self._text_end_p and not ends_unfinished(self._text)
+            vetoed = p < self._text_unfinished_p and not beyond_the_veto(
+                self._text, self._veto_min_words
+            )
+            return "waited" if vetoed else "complete"
+        finished = p >= self._text_end_p and not ends_unfinished(self._text)
+        return "finished" if finished else "waited"
+
+    def _wait_s(self, ending: Ending) -> float:
+        """The quiet after the end of speech before a turn that ends this way ends."""
+        if ending == "complete":
+            return self._complete_wait_s
+        return self._text_end_wait_s if ending == "finished" else self._unfinished_wait_s
 
     def _text_model_would_decide(self) -> bool:
-        """Whether the model's p(end) may change when this turn ends (see :meth:`_complete`):
+        """Whether the model's p(end) may change when this turn ends (see :meth:`_ending`):
         it may veto words that ask, or let words that do not ask end the turn."""
         if self._text_model is None or self._analyzer is None or not self._text:
             return False
@@ -511,9 +543,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             # Smart Turn's verdict, the text model's p(end): each arrives, or gives up, well
             # before this (the model's client has a timeout far below the bound).
             return bound
-        return self._speech_ended_at + (
-            self._complete_wait_s if self._complete() else self._unfinished_wait_s
-        )
+        return self._speech_ended_at + self._wait_s(self._ending())
 
     def _schedule(self) -> None:
         """Something that decides the turn's end changed: the watcher looks again."""
@@ -544,7 +574,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             )
             self._segments_given_up += self._segments_due
             self._segments_due = 0
-        how = ("complete" if self._complete() else "waited") if self._text else "no words"
+        how = self._ending() if self._text else "no words"
         logger.debug(f"{self}: turn ends ({how})")
         await self.trigger_user_turn_stopped()
 

@@ -331,6 +331,10 @@ def test_the_upper_bound_cannot_be_shorter_than_the_short_wait() -> None:
         TurnSettings(complete_wait_s=1.0, unfinished_wait_s=0.5)
     with pytest.raises(ValueError, match="upper bound"):
         AdaptiveUserTurnStopStrategy(complete_wait_s=1.0, unfinished_wait_s=0.5)
+    with pytest.raises(ValueError, match="upper bound"):
+        TurnSettings(text_end_wait_s=1.0, unfinished_wait_s=0.5)
+    with pytest.raises(ValueError, match="upper bound"):
+        AdaptiveUserTurnStopStrategy(text_end_wait_s=1.0, unfinished_wait_s=0.5)
 
 
 async def test_a_line_that_never_goes_quiet_still_ends_the_turn(

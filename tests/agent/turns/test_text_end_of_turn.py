@@ -40,11 +40,22 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 async def serve(handler: Handler) -> AsyncIterator[str]:
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    """Serve ``handler`` on loopback for a test; at its end, close the connections still open
+    (Python 3.12's server waits for them to close, so a test that failed before its client
+    closed would hang there)."""
+    writers: list[asyncio.StreamWriter] = []
+
+    async def kept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await handler(reader, writer)
+
+    server = await asyncio.start_server(kept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"http://127.0.0.1:{port}/v1"
         server.close()
+        for writer in writers:
+            writer.close()
 
 
 @pytest.fixture
@@ -402,6 +413,99 @@ async def test_a_statement_smart_turn_and_the_model_call_complete_ends_at_once(
     await turn.pause("Quisiera reservar una mesa para dos personas.")
     await turn.until_ended(within_s=bound_s + 0.5)
     assert turn.after_speech() < bound_s - 0.5, "the statement waited for the bound"
+
+
+MODELS_WAIT_S = 0.5
+"""``text_end_wait_s`` in the tests below: between the short wait (0) and the bound (``WAIT_S``
++ 0.6), far enough from both that a loaded machine does not blur them."""
+
+
+@pytest.mark.parametrize(
+    ("verdict", "words", "ending"),
+    [
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "I would like to book a table for two people.",
+            "finished",
+            id="a statement both models call finished: the model's wait",
+        ),
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "Rufen Sie mich morgen zurück.",
+            "finished",
+            id="a request the words rule does not know: the model's wait",
+        ),
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "Is the store open today?",
+            "complete",
+            id="a question: at once",
+        ),
+        pytest.param(
+            EndOfTurnState.INCOMPLETE,
+            "I would like to book a table for two people.",
+            "waited",
+            id="Smart Turn hears it go on: the bound",
+        ),
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "I would like to book a table for.",
+            "waited",
+            id="it stops on a preposition: the bound",
+        ),
+    ],
+)
+async def test_a_turn_the_models_call_finished_ends_after_the_models_wait(
+    make: Any,
+    recording: tuple[str, list[dict[str, Any]]],
+    verdict: EndOfTurnState,
+    words: str,
+    ending: str,
+) -> None:
+    """A statement reads as finished to the model as much as a list item before a pause does
+    ("I need apples." 0.26), so a turn only the models call finished ends after a middle wait,
+    not at once; words that ask still end at once. The model here reads every sentence as
+    ending (p 1.0)."""
+    url, _ = recording
+    bound_s = WAIT_S + 0.6
+    model = TextEndOfTurn(url, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(verdict),
+        unfinished_wait_s=bound_s,
+        text_model=model,
+        text_end_p=0.5,
+        text_end_wait_s=MODELS_WAIT_S,
+    )
+    await turn.speak()
+    await turn.pause(words)
+    await turn.until_ended(within_s=bound_s + 0.5)
+    waited = {"complete": 0.0, "finished": MODELS_WAIT_S, "waited": bound_s}[ending]
+    assert waited - 0.02 < turn.after_speech() < waited + 0.25
+
+
+async def test_speech_within_the_models_wait_keeps_the_turn_open(
+    make: Any, recording: tuple[str, list[dict[str, Any]]]
+) -> None:
+    """ "I need apples." ... "and some coffee.": the list goes on within the model's wait, so
+    the turn ends after its last item, not after its first."""
+    url, _ = recording
+    model = TextEndOfTurn(url, "m", timeout_s=1.0)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        unfinished_wait_s=WAIT_S + 0.6,
+        text_model=model,
+        text_end_p=0.5,
+        text_end_wait_s=MODELS_WAIT_S,
+    )
+    await turn.speak()
+    await turn.pause("I need apples.")
+    await asyncio.sleep(MODELS_WAIT_S - STOP_SECS - 0.15)
+    await turn.speak()
+    assert not turn.ended, "the turn ended within the model's wait"
+    await turn.pause("And some coffee.")
+    await turn.until_ended(within_s=WAIT_S + 1.0)
+    assert len(turn.ended) == 1
+    assert MODELS_WAIT_S - 0.02 < turn.after_speech() < MODELS_WAIT_S + 0.25
 
 
 @requires_local_llm
