@@ -16,34 +16,26 @@ from __future__ import annotations
 import pytest
 
 from agent.config import LLMSettings
-from tests.agent.transports.stack import phone_server
-from tests.agent.turns.test_short_wait_on_a_call import ANSWER_WITHIN_S, call
-from tests.agent.turns.test_text_veto_on_a_call import MODEL_TIMEOUT_S
+from tests.agent.turns.test_short_wait_on_a_call import ANSWER_WITHIN_S
+from tests.agent.turns.test_text_veto_on_a_call import call_with_the_model
 from tests.conftest import requires_espeak, requires_local_llm
 from tests.fakes.paused_speech import extended
-from tests.fakes.realtime_peer import RealtimePeer
-from tests.fakes.reference_words import ReferenceWords
 
 pytestmark = [requires_espeak, requires_local_llm, pytest.mark.timeout(120)]
 
 
+@pytest.mark.parametrize(
+    ("turn", "ending"),
+    [
+        pytest.param({}, "finished", id="the default: the model's wait"),
+        pytest.param({"text_end_p": 1.01}, "waited", id="text_end_p off: the bound"),
+    ],
+)
 async def test_a_german_statement_is_answered_on_the_models_wait(
-    local_llm: LLMSettings, redacted_log: list[str]
+    local_llm: LLMSettings, redacted_log: list[str], turn: dict[str, float], ending: str
 ) -> None:
     utterance = next(u for u in extended() if u.language == "de" and u.kind == "statement")
-    speech, _ = utterance.audio(8000)
-    words = ReferenceWords()
-    voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
-    turn = {
-        "text_model": True,
-        "text_model_url": local_llm.base_url,
-        "text_timeout_s": MODEL_TIMEOUT_S,
-    }
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2, turn=turn) as (url, app):
-            caller, ended = await call(
-                url, app, "CASTATEMENT", speech, speaking=lambda at: words.play(utterance, at)
-            )
+    caller, ended, _ = await call_with_the_model(local_llm, utterance, "CASTATEMENT", **turn)
     assert caller.first_loud(ended) is not None, f"no answer within {ANSWER_WITHIN_S} s"
     ends = [line for line in redacted_log if "turn ends" in line]
-    assert len(ends) == 1 and "turn ends (finished)" in ends[0], ends
+    assert len(ends) == 1 and f"turn ends ({ending})" in ends[0], ends

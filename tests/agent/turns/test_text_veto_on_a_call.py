@@ -15,21 +15,48 @@ command, and the model reads p 0.000.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from fastapi import FastAPI
 
 from agent.config import LLMSettings
 from tests.agent.transports.stack import phone_server
 from tests.agent.turns.test_short_wait_on_a_call import ANSWER_WITHIN_S, call
 from tests.conftest import requires_espeak, requires_local_llm
-from tests.fakes.paused_speech import extended
+from tests.fakes.paused_speech import Utterance, extended
 from tests.fakes.realtime_peer import RealtimePeer
 from tests.fakes.reference_words import ReferenceWords
+from tests.fakes.twilio_caller import TwilioCaller
 
 pytestmark = [requires_espeak, requires_local_llm, pytest.mark.timeout(120)]
 
 MODEL_TIMEOUT_S = 1.0
 """How long the turn waits for the model here: the time it takes is the bench's to measure
 (191 ms on average, warm), not a loaded test machine's to decide."""
+
+
+async def call_with_the_model(
+    local_llm: LLMSettings, utterance: Utterance, call_sid: str, **turn: Any
+) -> tuple[TwilioCaller, float, FastAPI]:
+    """A phone call to the real server with the local model on (and ``turn`` settings), in
+    which the caller says ``utterance`` and the Voxtral stand-in writes its words; returns the
+    caller, when its speech ended (``time.monotonic``) and the server's app."""
+    speech, _ = utterance.audio(8000)
+    words = ReferenceWords()
+    voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
+    settings = {
+        "text_model": True,
+        "text_model_url": local_llm.base_url,
+        "text_timeout_s": MODEL_TIMEOUT_S,
+        **turn,
+    }
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2, turn=settings) as (url, app):
+            caller, ended = await call(
+                url, app, call_sid, speech, speaking=lambda at: words.play(utterance, at)
+            )
+    return caller, ended, app
 
 
 @pytest.mark.parametrize(
@@ -44,20 +71,8 @@ async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     local_llm: LLMSettings, redacted_log: list[str], start: str, transcript: list[str]
 ) -> None:
     utterance = next(u for u in extended() if u.phrases[0] == start)
-    speech, _ = utterance.audio(8000)
-    words = ReferenceWords()
-    voxtral = RealtimePeer(model="voxtral-test", transcribe=words.transcribe)
-    turn = {
-        "text_model": True,
-        "text_model_url": local_llm.base_url,
-        "text_timeout_s": MODEL_TIMEOUT_S,
-    }
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2, turn=turn) as (url, app):
-            caller, ended = await call(
-                url, app, "CATELLME", speech, speaking=lambda at: words.play(utterance, at)
-            )
-    began = ended - len(speech) / 2 / 8000
+    caller, ended, app = await call_with_the_model(local_llm, utterance, "CATELLME")
+    began = ended - utterance.audio(8000)[1]
     answered = caller.first_loud(began)
     assert answered is not None, f"no answer within {ANSWER_WITHIN_S} s of the end of speech"
     assert answered > ended, f"answered at the pause, {answered - began:.2f} s into the turn"
