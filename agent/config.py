@@ -384,7 +384,7 @@ class TurnSettings(_Section):
         "as finished as a statement does, and only the quiet tells them apart.",
     )
     text_unfinished_p: float = Field(
-        default=0.01,
+        default=0.02,
         ge=0,
         le=1,
         description="text_model: a turn of text_veto_min_words+ words that asks for an answer "
