@@ -5,7 +5,7 @@ answered at the pause.
 (a full stop closes what it heard before the silence), a question by its words, and Smart Turn
 calls the pause complete (0.97 on the phone line), so without the model the bot answers at the
 pause. The local LLM (the offline profile's SmolLM2, ``turn.text_model`` on) all but rules out
-an end after "can you tell me" (p 0.000, under ``turn.text_unfinished_p``, 0.01), so the turn
+an end after "can you tell me" (p 0.000, under ``turn.text_unfinished_p``, 0.02), so the turn
 waits and ends once "the opening hours" has been said. The words come from the Voxtral
 stand-in, written as the turn-taking bench's reference recognizer writes them; the model and
 its server are real. So with a German start of two words, "Ich möchte... einen Kaffee
