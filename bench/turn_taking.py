@@ -164,25 +164,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_unfinished_p": 0.001,
     },
     **{
-        f"+ text-model veto below 0.01, statements at p(end) >= 0.1 after {wait:g} s": {
+        f"+ text-model veto below {veto:g}, statements at p(end) >= 0.1 after {wait:g} s": {
             **_ADAPTIVE,
             "smart_turn": True,
             "unfinished_wait_s": 1.3,
             "text_model": True,
-            "text_unfinished_p": 0.01,
+            "text_unfinished_p": veto,
             "text_end_p": 0.1,
             "text_end_wait_s": wait,
         }
-        for wait in (0.6, 0.8)
-    },
-    "+ text-model veto below 0.02, statements at p(end) >= 0.1 after 0.8 s": {
-        **_ADAPTIVE,
-        "smart_turn": True,
-        "unfinished_wait_s": 1.3,
-        "text_model": True,
-        "text_unfinished_p": 0.02,
-        "text_end_p": 0.1,
-        "text_end_wait_s": 0.8,
+        for veto, wait in ((0.01, 0.6), (0.01, 0.8), (0.02, 0.8))
     },
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,
