@@ -11,6 +11,11 @@ clock jumps (:mod:`tests.fakes.virtual_time`): hundreds of conversations in seco
 any machine. Each must end in exactly one turn, never before its last VAD stop, within the
 bound after the end of speech or at once when a late final arrives, with every word in the
 user message, and never by Pipecat's fallback.
+
+With the text model as the default profile sets it (its veto on words that ask, its wait for
+statements it calls finished), its answer is drawn too (none, below or above each threshold)
+and how long it takes (0-0.4 s): it may move the end of the turn between the three waits, and
+only by what it said, never by when it said it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
@@ -43,14 +49,18 @@ from pipecat.turns.user_start import (
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
 
+from agent.config import TurnSettings
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
-from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy, Ending
+from tests.fakes.text_model import ScriptedTextModel
 from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 from tests.fakes.virtual_time import VirtualTimeLoop, VirtualWallClock
 
 STOP_SECS = 0.2
 BOUND_S = 1.3  # the shipped unfinished_wait_s
+DEFAULT = TurnSettings()
+"""The default profile's text-model settings: the veto, the model's wait and its p(end)."""
 SLACK_S = 0.05  # frame hops on the loop; the clock itself is exact
 FRAGMENTS = ["hello there.", "i would like to", "book a table and", "for the"]
 """Words that do not end a turn on their own, so the utterance is one turn."""
@@ -73,9 +83,16 @@ smart_turns = st.one_of(
 
 
 @st.composite
-def utterances(draw: st.DrawFn) -> list[Segment]:
+def utterances(
+    draw: st.DrawFn,
+    fragments: list[str] = FRAGMENTS,
+    endings: list[str] = ENDINGS,
+    last_heard: bool = False,
+) -> list[Segment]:
+    """Segments of one utterance; with ``last_heard`` the recognizer hears words in the last
+    one (so the turn's words are its ending's)."""
     count = draw(st.integers(1, 4))
-    ending = draw(st.sampled_from(ENDINGS))
+    ending = draw(st.sampled_from(endings))
     segments = []
     for i in range(count):
         segments.append(
@@ -83,8 +100,8 @@ def utterances(draw: st.DrawFn) -> list[Segment]:
                 speech_s=draw(st.floats(0.2, 1.5)),
                 gap_s=draw(st.floats(0.1, 0.9)),
                 final_delay_s=draw(st.floats(0.0, 1.5)),
-                empty=draw(st.booleans()),
-                words=ending if i == count - 1 else FRAGMENTS[i],
+                empty=draw(st.booleans()) and not (last_heard and i == count - 1),
+                words=ending if i == count - 1 else fragments[i],
             )
         )
     return segments
@@ -128,11 +145,8 @@ def timeline(segments: list[Segment], wall0: float) -> tuple[list[Event], float,
 
 
 async def converse(
-    segments: list[Segment], smart_turn: ScriptedTurnAnalyzer | None, loop: VirtualTimeLoop
+    segments: list[Segment], strategy: AdaptiveUserTurnStopStrategy, loop: VirtualTimeLoop
 ) -> dict[str, Any]:
-    strategy = AdaptiveUserTurnStopStrategy(
-        complete_wait_s=0.0, unfinished_wait_s=BOUND_S, turn_analyzer=smart_turn
-    )
     aggregator = LLMUserAggregator(
         LLMContext(),
         params=LLMUserAggregatorParams(
@@ -170,12 +184,30 @@ async def converse(
     return seen
 
 
-def run(segments: list[Segment], smart_turn: ScriptedTurnAnalyzer | None) -> dict[str, Any]:
+def run(
+    segments: list[Segment],
+    smart_turn: ScriptedTurnAnalyzer | None,
+    text_model: ScriptedTextModel | None = None,
+) -> dict[str, Any]:
     loop = VirtualTimeLoop()
     original = adaptive_stop.time
     adaptive_stop.time = VirtualWallClock(loop)  # type: ignore[assignment]
     try:
-        return loop.run_until_complete(converse(segments, smart_turn, loop))
+        with_the_model: dict[str, Any] = {}
+        if text_model is not None:  # as the default profile sets it
+            with_the_model = {
+                "text_model": text_model,
+                "text_end_p": DEFAULT.text_end_p,
+                "text_end_wait_s": DEFAULT.text_end_wait_s,
+                "text_unfinished_p": DEFAULT.text_unfinished_p,
+            }
+        strategy = AdaptiveUserTurnStopStrategy(
+            complete_wait_s=0.0,
+            unfinished_wait_s=BOUND_S,
+            turn_analyzer=smart_turn,
+            **with_the_model,
+        )
+        return loop.run_until_complete(converse(segments, strategy, loop))
     finally:
         adaptive_stop.time = original
         loop.close()
@@ -207,3 +239,80 @@ def test_every_utterance_ends_in_one_turn_on_time_with_all_its_words(
                 # Asked at the pause, or when the final makes the words a question.
                 verdict_at = max(last_stop, final_at) + smart_turn.delay_s
                 assert ended <= max(speech_end, final_at, verdict_at) + SLACK_S
+
+
+# ---------------------------------------------------------------- with the text model
+
+CLOSED_FRAGMENTS = ["hello there.", "um.", "well i was thinking.", "so."]
+"""Fragments the recognizer closed with a full stop, which the model reads as going on (p 0):
+none ends the turn on its own, and the turn's words are the last sentence's."""
+QUESTION = "can you tell me when the store opens?"
+"""Words that ask, closed with a question mark: the model is not asked (beyond the veto)."""
+REQUEST = "can you tell me the opening hours."
+"""Words that ask by their order alone: the veto reads them."""
+STATEMENT = "i would like a table for two people."
+"""Words that ask for nothing: the model's wait, if it calls them finished."""
+
+
+def expected_ending(heard: str, verdict: EndOfTurnState, p: float | None) -> Ending:
+    """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
+    then the model's p(end) where it may change the outcome (the strategy's docstring)."""
+    if verdict != EndOfTurnState.COMPLETE:
+        return "waited"
+    if heard.endswith(QUESTION):
+        return "complete"
+    if heard.endswith(REQUEST):
+        return "waited" if p is not None and p < DEFAULT.text_unfinished_p else "complete"
+    finished = p is not None and p >= DEFAULT.text_end_p
+    return "finished" if finished else "waited"  # a statement
+
+
+@pytest.mark.parametrize(
+    ("ending", "answers"),
+    [
+        (QUESTION, [None, 0.01, 0.5]),
+        (REQUEST, [None, 0.01, DEFAULT.text_unfinished_p, 0.5]),
+        (STATEMENT, [None, 0.05, DEFAULT.text_end_p, 0.5]),
+    ],
+    ids=["question", "request", "statement"],
+)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
+    ending: str, answers: list[float | None], data: st.DataObject
+) -> None:
+    """The model answers p(end) on the turn's whole words (0 on fragments) some time after it
+    is asked; ``None`` is a model that gave no opinion. Whatever the order in which the
+    verdict, the finals and the model's answer arrive, the turn ends once, with every word, at
+    the wait its ending has: never before it (a held turn waits for the bound), and no later
+    than the wait or the last signal."""
+    segments = data.draw(utterances(CLOSED_FRAGMENTS, [ending], last_heard=True))
+    smart_turn = data.draw(
+        st.builds(ScriptedTurnAnalyzer, st.sampled_from(EndOfTurnState), st.floats(0.0, 0.5))
+    )
+    p = data.draw(st.sampled_from(answers), "p(end)")
+    model_s = data.draw(st.floats(0.0, 0.4), "the model's time")
+    model = ScriptedTextModel(lambda text: p if text.endswith(ending) else 0.0, model_s)
+    seen = run(segments, smart_turn, model)
+    assert seen["fallbacks"] == 0, "Pipecat's fallback ended the turn"
+    assert len(seen["ends"]) == 1, f"{len(seen['ends'])} turn ends: {seen['messages']}"
+    assert seen["messages"] == [seen["heard"]]
+    (ended,) = seen["ends"]
+    last_stop, final_at = seen["last_stop"], seen["final_at"]
+    speech_end = last_stop - STOP_SECS
+    assert last_stop <= ended <= max(speech_end + BOUND_S, final_at) + SLACK_S
+    if final_at > speech_end + BOUND_S:
+        return  # a late final: the turn ends the moment it arrives, as asserted
+    ending = expected_ending(seen["heard"], smart_turn.state, p)
+    wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
+    assert ended >= speech_end + wait_s - SLACK_S, (
+        f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
+        f"{wait_s} s"
+    )
+    # Smart Turn is asked at the VAD stop or when the final comes, the model when it comes.
+    signals_at = max(max(last_stop, final_at) + smart_turn.delay_s, final_at + model_s)
+    if signals_at < speech_end + BOUND_S:  # else the bound ends it, on what is known then
+        assert ended <= max(speech_end + wait_s, signals_at) + SLACK_S, (
+            f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
+            f"{wait_s} s and its signals were in {signals_at - speech_end:.2f} s after it"
+        )
