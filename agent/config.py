@@ -424,6 +424,12 @@ class TurnSettings(_Section):
         description="Start the LLM on the stable interim transcript when the VAD stops; kept "
         "if the final transcript matches, else restarted on it (see bench/eager_answer.py).",
     )
+    answer_ahead: bool = Field(
+        default=True,
+        description="text_model: start the answer while a turn the models call finished waits "
+        "out text_end_wait_s (held until the turn ends, withdrawn if the user goes on), so the "
+        "LLM's time to its first words is spent inside the wait.",
+    )
     merge_false_ends: bool = Field(
         default=True,
         description="When the user goes on before any of the answer was heard, cancel it and "

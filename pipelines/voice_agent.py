@@ -215,6 +215,7 @@ def _user_params(
             text_end_wait_s=turn.text_end_wait_s,
             text_unfinished_p=turn.text_unfinished_p,
             text_veto_min_words=turn.text_veto_min_words,
+            answer_ahead=turn.answer_ahead,
             context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)

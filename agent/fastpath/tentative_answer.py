@@ -1,6 +1,6 @@
 """The bot's answer stays tentative until the caller hears it: started early, cancelled unheard.
 
-Two cases, one mechanism. An answer is started for words the user may not have finished:
+Three cases, one mechanism. An answer is started for words the user may not have finished:
 
 - **Eager answer** (``eager_answer``): when the STT sends an eager end of turn (the VAD
   stopped and the interim transcript is stable: ``EagerTranscriptionFrame``), the LLM starts
@@ -12,6 +12,11 @@ Two cases, one mechanism. An answer is started for words the user may not have f
   the gate drops it) and the LLM runs again on the final text. If the user speaks again
   before the turn ends, it is withdrawn too. Tool calls never run speculatively: the LLM
   service withdraws a speculation that reaches one, and the call runs on the final turn.
+- **Answer ahead** (the stop strategy's ``answer_ahead``): the stop strategy starts it
+  (Pipecat's ``trigger_user_turn_inference_triggered`` with a speculation) when the final
+  words are in and the turn only waits out a quiet the models already call its end
+  (:class:`~agent.turns.adaptive_stop.AdaptiveUserTurnStopStrategy`, the model's wait); it
+  runs on the words gathered here and is kept, restarted or withdrawn as an eager answer is.
 - **False end** (``merge_false_ends``): the turn did end and the answer was released, but
   the user starts speaking again before any of the answer's audio went out (no
   ``BotStartedSpeakingFrame`` since the turn ended). The new turn's interruption cancels the
@@ -147,13 +152,14 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
 
     # ------------------------------------------------------------------ eager answer
 
-    async def _speculate(self, eager_text: str) -> None:
+    async def _speculate(self, eager_text: str = "") -> None:
+        """Start an answer on the turn's words so far and ``eager_text`` after them."""
         await self._drop_speculation(announce=True)
         # Words finalized earlier in this turn (and a taken-back turn) are part of it.
         so_far = self.aggregation_string()
         speculation = UserTurnSpeculation(text=f"{so_far} {eager_text}".strip())
         self._speculation = speculation
-        logger.debug(f"{self}: answering eagerly: {said(speculation.text)}")
+        logger.debug(f"{self}: answering ahead: {said(speculation.text)}")
         await self._run_speculative_inference(speculation)
 
     async def _drop_speculation(self, *, announce: bool) -> None:
@@ -185,7 +191,13 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         strategy: BaseUserTurnStopStrategy,
         speculation: UserTurnSpeculation | None = None,
     ) -> None:
-        if speculation is None and self._speculation is not None:
+        if speculation is not None:
+            # The stop strategy answers ahead of the turn's end (``answer_ahead``): on the
+            # words gathered here, which may hold a taken-back turn's too.
+            await self._speculate()
+            await self._call_event_handler("on_user_turn_inference_triggered", strategy)
+            return
+        if self._speculation is not None:
             await self._resolve_speculation()
             if self._confirms_speculation:
                 # The answer is under way: the context write waits for the turn's end
@@ -193,6 +205,10 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
                 await self._call_event_handler("on_user_turn_inference_triggered", strategy)
                 return
         await super()._on_user_turn_inference_triggered(controller, strategy, speculation)
+
+    async def _on_user_turn_speculation_cancelled(self, controller: UserTurnController) -> None:
+        """The stop strategy withdrew the answer it started (the user went on)."""
+        await self._drop_speculation(announce=True)
 
     async def _on_user_turn_stopped(
         self,

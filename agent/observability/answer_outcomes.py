@@ -5,9 +5,10 @@ A turn that reaches Pipecat's ``user_turn_stop_timeout`` waited seconds for noth
 end-of-turn strategy has a deadline of its own on every path, so it is counted as an error
 (``voice_agent_errors_total{kind="turn_fallback"}``); the aggregator logs it as a warning.
 
-The keep-rate of eager answers (``voice_agent_eager_answers_total{outcome="kept"}`` over all
-outcomes) says whether ``turn.eager_answer`` pays off for a deployment's recognizer: every
-restarted or withdrawn answer was an LLM request spent for nothing.
+The keep-rate of answers started before the turn ended
+(``voice_agent_eager_answers_total{outcome="kept"}`` over all outcomes) says whether
+``turn.eager_answer`` pays off for a deployment's recognizer, and ``turn.answer_ahead`` for its
+callers' pauses: every restarted or withdrawn answer was an LLM request spent for nothing.
 """
 
 from __future__ import annotations

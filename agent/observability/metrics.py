@@ -17,8 +17,8 @@ Names (all seconds are measured from the end of the user's speech, see
     voice_agent_calls_{started,ended,refused}_total
     voice_agent_stt_reconnects_total        counter: STT connections after a lost one
     voice_agent_errors_total{kind,category} counter: ErrorFrames (kind: the processor class)
-    voice_agent_eager_answers_total{outcome} counter: answers started on an eager end of turn:
-                                            kept, restarted (final differed), withdrawn
+    voice_agent_eager_answers_total{outcome} counter: answers started before the turn ended
+                                            (eager, ahead): kept, restarted, withdrawn
     voice_agent_false_ends_merged_total     counter: turns taken back unheard, merged with
                                             the words that followed
     voice_agent_smart_turn_inferences_total counter: Smart Turn verdicts the process's shared
@@ -100,8 +100,9 @@ class AgentMetrics:
         )
         self.eager_answers = Counter(
             "voice_agent_eager_answers",
-            "Answers started on an eager end of turn, by outcome: kept (the final transcript "
-            "matched), restarted (on the final text), withdrawn (the user went on).",
+            "Answers started before the turn ended (an eager end of turn, or ahead of the "
+            "model's wait), by outcome: kept (the final transcript matched), restarted (on the "
+            "final text), withdrawn (the user went on).",
             ["outcome"],
             registry=self.registry,
         )

@@ -28,6 +28,10 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   the model at most its client's timeout; without an answer the words decide, as without the
   model. When the user begins to speak, the model is given the conversation so far to read
   meanwhile, so the question at the turn's end reads only the words.
+  With ``answer_ahead``, the answer is started (a Pipecat speculation, held by the LLM
+  service until the turn ends and withdrawn if the user goes on) as soon as every signal is
+  in and the turn only waits out that quiet, so the LLM's time to its first words is spent
+  inside the wait rather than after it.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. Without the text model a statement
   waits too with ``"asks"``: on the bench's set Smart Turn calls clause pauses complete ("I
@@ -89,7 +93,7 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameProcessorSetup
-from pipecat.turns.types import ProcessFrameResult
+from pipecat.turns.types import ProcessFrameResult, UserTurnSpeculation
 from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
@@ -180,6 +184,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_end_wait_s: float = 0.0,
         text_unfinished_p: float = 0.0,
         text_veto_min_words: int = VETO_MIN_WORDS,
+        answer_ahead: bool = False,
         context: Callable[[], Conversation] | None = None,
         **kwargs: object,
     ) -> None:
@@ -207,6 +212,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 the turn has fewer than ``text_veto_min_words`` words or is closed with a
                 question mark (the words rule decides those); 0: never.
             text_veto_min_words: See ``text_unfinished_p`` (:data:`VETO_MIN_WORDS`).
+            answer_ahead: While a turn the models call finished waits out ``text_end_wait_s``,
+                have the answer started on its words (a speculation, held until the turn
+                ends and withdrawn if the user goes on), so the wait is not followed by the
+                LLM's time to its first words.
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -242,6 +251,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text_end_wait_s = max(text_end_wait_s, complete_wait_s)
         self._text_unfinished_p = text_unfinished_p
         self._veto_min_words = text_veto_min_words
+        self._answer_ahead = answer_ahead
+        self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
         self._p_due = False  # asked, no answer yet
@@ -310,6 +321,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
+        if self._ahead is not None:  # ended by something else (the fallback): not answered
+            await self._withdraw_ahead()
 
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         await super().process_frame(frame)
@@ -322,6 +335,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._analyzer is not None:  # how much audio before the report is speech
                 self._analyzer.update_vad_start_secs(frame.start_secs)
             self._speaking = True
+            if self._ahead is not None:  # the user goes on: the answer is for words not final
+                await self._withdraw_ahead()
             self._segments_heard += 1
             self._segments_due += 1
             self._interim = ""  # a new segment: its words are not known yet
@@ -565,6 +580,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 wait = self._audio_behind(at)
                 if wait <= 0:
                     break
+            elif self._answer_ahead_now():
+                self._ahead = UserTurnSpeculation(text=self._text)
+                logger.debug(f"{self}: answering ahead of the turn's end, {wait:.2f} s away")
+                await self.trigger_user_turn_inference_triggered(speculation=self._ahead)
+                continue  # the deadline again: things may have moved while the answer started
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait)
         self._watcher = None
@@ -576,7 +596,35 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._segments_due = 0
         how = self._ending() if self._text else "no words"
         logger.debug(f"{self}: turn ends ({how})")
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.text == self._text:
+            # The answer under way is this turn's: finalize only, which releases it (as
+            # Pipecat's eager strategy keeps a speculation that held).
+            await self.trigger_user_turn_finalized(confirms_speculation=True)
+            return
+        if ahead is not None:
+            await self.trigger_user_turn_speculation_cancelled()
         await self.trigger_user_turn_stopped()
+
+    async def _withdraw_ahead(self) -> None:
+        self._ahead = None
+        logger.debug(f"{self}: the answer started ahead is withdrawn")
+        await self.trigger_user_turn_speculation_cancelled()
+
+    def _answer_ahead_now(self) -> bool:
+        """Whether to start the answer now, ahead of the turn's end: every signal is in, the
+        models call the turn finished and only the quiet is awaited (``answer_ahead``), and
+        no answer runs on these words yet. A question that ends at once gains nothing; a turn
+        that waits for the bound is more often a pause than a statement."""
+        return (
+            self._answer_ahead
+            and bool(self._text)
+            and (self._ahead is None or self._ahead.text != self._text)
+            and not self._speaking
+            and self._segments_due == 0
+            and not (self._verdict_due or self._p_due)
+            and self._ending() == "finished"
+        )
 
     def _audio_behind(self, at: float) -> float:
         """How long to wait for the audio of the quiet the clock says has lasted until ``at``

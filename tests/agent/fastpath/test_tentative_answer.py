@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,6 +27,7 @@ import httpx
 import pytest
 import websockets
 from fastapi import FastAPI
+from pipecat.audio.turn.base_turn_analyzer import EndOfTurnState
 from pipecat.frames.frames import (
     EagerEndOfTurnCancelFrame,
     EagerTranscriptionFrame,
@@ -34,6 +35,7 @@ from pipecat.frames.frames import (
     InterimTranscriptionFrame,
     LLMContextFrame,
     TranscriptionFrame,
+    UserStoppedSpeakingFrame,
     VADUserStartedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
@@ -50,15 +52,19 @@ from pipecat.turns.user_start import (
 from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
-from agent.config import Settings
+from agent.config import Settings, TurnSettings
 from agent.fastpath.tentative_answer import TentativeAnswerUserAggregator
+from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.stt.protocol import TranscriptionDelta
+from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
 from tests.agent.transports.stack import async_wait_for, running_server, stack_settings
 from tests.conftest import quoted_in, requires_espeak
 from tests.fakes.chat_server import ChatServer
 from tests.fakes.paused_speech import Utterance
 from tests.fakes.realtime_peer import Generation, RealtimePeer, Send
 from tests.fakes.speech_server import SpeechServer
+from tests.fakes.text_model import ScriptedTextModel
+from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 from tests.fakes.twilio_caller import FRAME_S, SILENCE, TOKEN, TwilioCaller, payloads, to_ulaw
 
 pytestmark = [requires_espeak, pytest.mark.timeout(120)]
@@ -394,3 +400,118 @@ async def test_an_eager_answer_is_withdrawn_when_the_user_goes_on_within_the_tur
     last = answers[-1]
     assert isinstance(last, LLMContextFrame)
     assert [m["content"] for m in last.context.get_messages()] == ["Book a table for two."]  # type: ignore[index]
+
+
+# ----------------------------------------------------------------------------- answer ahead
+
+
+def answering_ahead(p_end: float) -> LLMUserAggregatorParams:
+    """The adaptive strategy as the default profile sets it, answering ahead of the model's
+    wait; Smart Turn calls every pause complete, the text model reads ``p_end``."""
+    settings = TurnSettings()
+    return LLMUserAggregatorParams(
+        user_turn_strategies=UserTurnStrategies(
+            start=[VADUserTurnStartStrategy(), TranscriptionUserTurnStartStrategy()],
+            stop=[
+                AdaptiveUserTurnStopStrategy(
+                    unfinished_wait_s=settings.unfinished_wait_s,
+                    turn_analyzer=ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+                    text_model=ScriptedTextModel(lambda _text: p_end),
+                    text_end_p=settings.text_end_p,
+                    text_end_wait_s=settings.text_end_wait_s,
+                    text_unfinished_p=settings.text_unfinished_p,
+                    answer_ahead=True,
+                )
+            ],
+        )
+    )
+
+
+def transcribed(text: str) -> list[Frame]:
+    """What our STT sends for a VAD segment: its final transcript, then the segment's end."""
+    return [final(text), SpeechSegmentTranscribedFrame(text)]
+
+
+def answers(down: Sequence[Frame]) -> list[tuple[type, bool | None]]:
+    """The LLM requests (speculative or not) and withdrawals the aggregator sent, in order."""
+    return [
+        (type(f), getattr(f, "speculation", None))
+        for f in down
+        if isinstance(f, (LLMContextFrame, EagerEndOfTurnCancelFrame))
+    ]
+
+
+AGGREGATORS = pytest.mark.parametrize(
+    "aggregator_class",
+    [TentativeAnswerUserAggregator, LLMUserAggregator],
+    ids=["ours", "Pipecat's (the strategy in any bot)"],
+)
+
+
+@AGGREGATORS
+async def test_a_turn_the_models_call_finished_is_answered_while_its_wait_runs_out(
+    aggregator_class: type[LLMUserAggregator],
+) -> None:
+    ours = aggregator_class(LLMContext(messages=[]), params=answering_ahead(0.4))
+    frames: list[Frame] = [
+        VADUserStartedSpeakingFrame(),
+        SleepFrame(0.1),
+        VADUserStoppedSpeakingFrame(stop_secs=0.2),
+        SleepFrame(0.1),
+        *transcribed("I would like a table for two people."),
+        SleepFrame(1.2),  # the model's wait (0.8 s) runs out
+    ]
+    down, _ = await run_test(ours, frames_to_send=frames)
+    kinds = [type(f) for f in down]
+
+    assert answers(down) == [(LLMContextFrame, True)]  # one request, kept: none at the end
+    assert kinds.index(LLMContextFrame) < kinds.index(UserStoppedSpeakingFrame)  # ahead of it
+    assert [m["content"] for m in ours._context.get_messages()] == [  # type: ignore[index]
+        "I would like a table for two people."
+    ]
+
+
+@AGGREGATORS
+async def test_an_answer_ahead_is_withdrawn_when_the_user_goes_on_within_the_wait(
+    aggregator_class: type[LLMUserAggregator],
+) -> None:
+    ours = aggregator_class(LLMContext(messages=[]), params=answering_ahead(0.4))
+    sent = time.time()  # the VAD's stops are stamped when it made them, as the VAD stamps them
+    frames: list[Frame] = [
+        VADUserStartedSpeakingFrame(),
+        SleepFrame(0.1),
+        VADUserStoppedSpeakingFrame(stop_secs=0.2, timestamp=sent + 0.1),
+        SleepFrame(0.1),
+        *transcribed("I need apples."),
+        SleepFrame(0.3),
+        VADUserStartedSpeakingFrame(),  # "... and bread"
+        SleepFrame(0.1),
+        VADUserStoppedSpeakingFrame(stop_secs=0.2, timestamp=sent + 0.6),
+        SleepFrame(0.1),
+        *transcribed("And bread."),
+        SleepFrame(1.2),
+    ]
+    down, _ = await run_test(ours, frames_to_send=frames)
+    assert answers(down) == [
+        (LLMContextFrame, True),  # started on "I need apples." ...
+        (EagerEndOfTurnCancelFrame, None),  # ... withdrawn when the user went on ...
+        (LLMContextFrame, True),  # ... started again on both parts, and kept
+    ]
+    requests = [f for f in down if isinstance(f, LLMContextFrame)]
+    assert [m["content"] for m in requests[-1].context.get_messages()] == [  # type: ignore[index]
+        "I need apples. And bread."
+    ]
+
+
+async def test_a_turn_the_model_does_not_call_finished_is_not_answered_ahead() -> None:
+    ours = TentativeAnswerUserAggregator(LLMContext(messages=[]), params=answering_ahead(0.05))
+    frames: list[Frame] = [
+        VADUserStartedSpeakingFrame(),
+        SleepFrame(0.1),
+        VADUserStoppedSpeakingFrame(stop_secs=0.2),
+        SleepFrame(0.1),
+        *transcribed("I would like a table for two people."),
+        SleepFrame(1.6),  # the bound (1.3 s)
+    ]
+    down, _ = await run_test(ours, frames_to_send=frames)
+    assert answers(down) == [(LLMContextFrame, False)]  # one request, when the turn ended

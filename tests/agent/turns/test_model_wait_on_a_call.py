@@ -39,3 +39,18 @@ async def test_a_german_statement_is_answered_on_the_models_wait(
     assert caller.first_loud(ended) is not None, f"no answer within {ANSWER_WITHIN_S} s"
     ends = [line for line in redacted_log if "turn ends" in line]
     assert len(ends) == 1 and f"turn ends ({ending})" in ends[0], ends
+
+
+async def test_its_answer_is_started_inside_the_wait_and_kept(
+    local_llm: LLMSettings, redacted_log: list[str]
+) -> None:
+    """The default profile answers ahead (``turn.answer_ahead``): the answer starts once the
+    models have called the turn finished, and the turn's end releases it."""
+    utterance = next(u for u in extended() if u.language == "de" and u.kind == "statement")
+    caller, ended, _ = await call_with_the_model(local_llm, utterance, "CAAHEAD")
+    assert caller.first_loud(ended) is not None, f"no answer within {ANSWER_WITHIN_S} s"
+    marks = ("answering ahead of the turn's end", "turn ends", "eager answer")
+    events = [mark for line in redacted_log for mark in marks if mark in line]
+    assert events == list(marks), events  # started, the turn ended, then the answer was kept
+    kept = [line for line in redacted_log if "eager answer" in line]
+    assert "eager answer kept" in kept[0], kept

@@ -50,6 +50,7 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
 
 from agent.config import TurnSettings
+from agent.fastpath.tentative_answer import TentativeAnswerUserAggregator
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
 from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy, Ending
@@ -147,7 +148,9 @@ def timeline(segments: list[Segment], wall0: float) -> tuple[list[Event], float,
 async def converse(
     segments: list[Segment], strategy: AdaptiveUserTurnStopStrategy, loop: VirtualTimeLoop
 ) -> dict[str, Any]:
-    aggregator = LLMUserAggregator(
+    # With the text model, ours (it keeps or withdraws the answer started ahead); else Pipecat's.
+    tentative = strategy._text_model is not None
+    aggregator = (TentativeAnswerUserAggregator if tentative else LLMUserAggregator)(
         LLMContext(),
         params=LLMUserAggregatorParams(
             user_turn_strategies=UserTurnStrategies(
@@ -156,7 +159,12 @@ async def converse(
             )
         ),
     )
-    seen: dict[str, Any] = {"ends": [], "messages": [], "fallbacks": 0}
+    seen: dict[str, Any] = {"ends": [], "messages": [], "fallbacks": 0, "ahead": []}
+    if tentative:
+
+        @aggregator.event_handler("on_eager_answer")
+        async def _ahead(_aggregator: Any, outcome: str) -> None:
+            seen["ahead"].append(outcome)
 
     @aggregator.event_handler("on_user_turn_stopped")
     async def _stopped(_aggregator: Any, _strategy: Any, message: Any) -> None:
@@ -200,6 +208,7 @@ def run(
                 "text_end_p": DEFAULT.text_end_p,
                 "text_end_wait_s": DEFAULT.text_end_wait_s,
                 "text_unfinished_p": DEFAULT.text_unfinished_p,
+                "answer_ahead": True,
             }
         strategy = AdaptiveUserTurnStopStrategy(
             complete_wait_s=0.0,
@@ -316,3 +325,9 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
             f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
             f"{wait_s} s and its signals were in {signals_at - speech_end:.2f} s after it"
         )
+    # The answer is started ahead only while a finished turn waits out its quiet, on its final
+    # words: kept when the turn ends, never restarted.
+    if ending != "finished":
+        assert seen["ahead"] == []
+    elif signals_at < speech_end + wait_s - SLACK_S:
+        assert seen["ahead"] == ["kept"]
