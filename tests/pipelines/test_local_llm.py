@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from pipecat.frames.frames import (
+    EagerEndOfTurnCancelFrame,
     Frame,
     InterruptionFrame,
     LLMContextFrame,
@@ -49,9 +50,9 @@ LONG_ANSWERS = (
 
 
 class LLMWatch(BaseObserver):
-    """What the LLM service was asked and what it wrote, and what the caller heard (the
-    sentences the output transport passes on once their audio has played), with the moments
-    it happened."""
+    """What the LLM service was asked (a request started ahead of the turn's end too, unless it
+    was withdrawn) and what it wrote, and what the caller heard (the sentences the output
+    transport passes on once their audio has played), with the moments it happened."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -61,6 +62,7 @@ class LLMWatch(BaseObserver):
         self.ended: list[float] = []
         self.heard: list[tuple[float, str]] = []
         self.interruptions: list[float] = []
+        self._ahead = False  # the last request was started ahead of its turn's end
 
     async def on_push_frame(self, data: FramePushed) -> None:
         frame: Frame = data.frame
@@ -70,8 +72,13 @@ class LLMWatch(BaseObserver):
         if isinstance(frame, TTSTextFrame) and isinstance(data.source, BaseOutputTransport):
             self.heard.append((now, frame.text))
         if isinstance(data.destination, OpenAICompatibleLLMService):
-            if isinstance(frame, LLMContextFrame) and not frame.speculation:
+            # A request started ahead of the turn's end counts unless it is withdrawn.
+            if isinstance(frame, LLMContextFrame):
                 self.contexts.append(copy.deepcopy(frame.context.get_messages()))
+                self._ahead = frame.speculation
+            elif isinstance(frame, EagerEndOfTurnCancelFrame) and self._ahead:
+                self.contexts.pop()
+                self._ahead = False
         if not isinstance(data.source, OpenAICompatibleLLMService):
             return
         if isinstance(frame, LLMFullResponseStartFrame):
