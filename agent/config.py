@@ -430,6 +430,12 @@ class TurnSettings(_Section):
         "out text_end_wait_s (held until the turn ends, withdrawn if the user goes on), so the "
         "LLM's time to its first words is spent inside the wait.",
     )
+    words_over_audio: bool = Field(
+        default=True,
+        description="text_model: a turn whose words ask for an answer ends after "
+        "text_end_wait_s also when Smart Turn hears it unfinished, unless the model's p(end) "
+        "is below text_end_p (one word or a question mark needs no model).",
+    )
     merge_false_ends: bool = Field(
         default=True,
         description="When the user goes on before any of the answer was heard, cancel it and "

@@ -82,6 +82,7 @@ _ADAPTIVE = {
     "vad_stop_secs": 0.2,
     "complete_wait_s": 0.0,
     "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
+    "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
 }
 CONFIGS: dict[str, dict[str, Any]] = {
     "old default: silence, vad_stop 0.2 s": {**_SILENCE, "vad_stop_secs": 0.2},
@@ -174,6 +175,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "text_end_wait_s": wait,
         }
         for veto, wait in ((0.01, 0.6), (0.01, 0.8), (0.02, 0.8))
+    },
+    "+ that, and words that ask end on the model's wait when Smart Turn hears them unfinished": {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": 0.02,
+        "text_end_p": 0.1,
+        "text_end_wait_s": 0.8,
+        "words_over_audio": True,
     },
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,

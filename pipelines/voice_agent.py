@@ -216,6 +216,7 @@ def _user_params(
             text_unfinished_p=turn.text_unfinished_p,
             text_veto_min_words=turn.text_veto_min_words,
             answer_ahead=turn.answer_ahead,
+            words_over_audio=turn.words_over_audio,
             context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)

@@ -196,6 +196,7 @@ def run(
     segments: list[Segment],
     smart_turn: ScriptedTurnAnalyzer | None,
     text_model: ScriptedTextModel | None = None,
+    words_over_audio: bool = False,
 ) -> dict[str, Any]:
     loop = VirtualTimeLoop()
     original = adaptive_stop.time
@@ -209,6 +210,7 @@ def run(
                 "text_end_wait_s": DEFAULT.text_end_wait_s,
                 "text_unfinished_p": DEFAULT.text_unfinished_p,
                 "answer_ahead": True,
+                "words_over_audio": words_over_audio,
             }
         strategy = AdaptiveUserTurnStopStrategy(
             complete_wait_s=0.0,
@@ -263,11 +265,16 @@ STATEMENT = "i would like a table for two people."
 """Words that ask for nothing: the model's wait, if it calls them finished."""
 
 
-def expected_ending(heard: str, verdict: EndOfTurnState, p: float | None) -> Ending:
+def expected_ending(
+    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool
+) -> Ending:
     """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
     then the model's p(end) where it may change the outcome (the strategy's docstring)."""
     if verdict != EndOfTurnState.COMPLETE:
-        return "waited"
+        if words_over_audio and heard.endswith(QUESTION):
+            return "finished"  # a question mark: the words need no model
+        finished = p is not None and p >= DEFAULT.text_end_p
+        return "finished" if words_over_audio and heard.endswith(REQUEST) and finished else "waited"
     if heard.endswith(QUESTION):
         return "complete"
     if heard.endswith(REQUEST):
@@ -285,10 +292,13 @@ def expected_ending(heard: str, verdict: EndOfTurnState, p: float | None) -> End
     ],
     ids=["question", "request", "statement"],
 )
+@pytest.mark.parametrize(
+    "words_over_audio", [False, True], ids=["Smart Turn decides", "words that ask over it"]
+)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
-    ending: str, answers: list[float | None], data: st.DataObject
+    ending: str, answers: list[float | None], words_over_audio: bool, data: st.DataObject
 ) -> None:
     """The model answers p(end) on the turn's whole words (0 on fragments) some time after it
     is asked; ``None`` is a model that gave no opinion. Whatever the order in which the
@@ -302,7 +312,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     p = data.draw(st.sampled_from(answers), "p(end)")
     model_s = data.draw(st.floats(0.0, 0.4), "the model's time")
     model = ScriptedTextModel(lambda text: p if text.endswith(ending) else 0.0, model_s)
-    seen = run(segments, smart_turn, model)
+    seen = run(segments, smart_turn, model, words_over_audio)
     assert seen["fallbacks"] == 0, "Pipecat's fallback ended the turn"
     assert len(seen["ends"]) == 1, f"{len(seen['ends'])} turn ends: {seen['messages']}"
     assert seen["messages"] == [seen["heard"]]
@@ -312,7 +322,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     assert last_stop <= ended <= max(speech_end + BOUND_S, final_at) + SLACK_S
     if final_at > speech_end + BOUND_S:
         return  # a late final: the turn ends the moment it arrives, as asserted
-    ending = expected_ending(seen["heard"], smart_turn.state, p)
+    ending = expected_ending(seen["heard"], smart_turn.state, p, words_over_audio)
     wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
     assert ended >= speech_end + wait_s - SLACK_S, (
         f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
