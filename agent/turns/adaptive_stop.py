@@ -24,10 +24,11 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   its model calls finished after its minimum delay, because a clause or a list item before a
   pause reads as finished as a statement does ("I need apples." 0.26, "I would like to book a
   table for two people." 0.34), and only the quiet after it tells them apart (0.8 s in the
-  product: ``bench/results/turn_taking_multilingual.md``, first section). The turn waits for
-  the model at most its client's timeout; without an answer the words decide, as without the
-  model. When the user begins to speak, the model is given the conversation so far to read
-  meanwhile, so the question at the turn's end reads only the words.
+  product: ``bench/results/turn_taking_multilingual.md``, "Statements on the text model's
+  wait"). The turn waits for the model at most its client's timeout; without an answer the
+  words decide, as without the model. When the user begins to speak, the model is given the
+  conversation so far to read meanwhile, so the question at the turn's end reads only the
+  words.
   With ``answer_ahead``, the answer is started (a Pipecat speculation, held by the LLM
   service until the turn ends and withdrawn if the user goes on) as soon as every signal is
   in and the turn only waits out that quiet, so the LLM's time to its first words is spent
