@@ -84,6 +84,23 @@ _ADAPTIVE = {
     "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
     "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
 }
+
+
+def _models_wait(veto: float, wait: float, **more: Any) -> dict[str, Any]:
+    """Smart Turn and the text model: its veto below ``veto``, statements it reads at p(end)
+    >= 0.1 ended after ``wait`` s of quiet; ``more`` on top."""
+    return {
+        **_ADAPTIVE,
+        "smart_turn": True,
+        "unfinished_wait_s": 1.3,
+        "text_model": True,
+        "text_unfinished_p": veto,
+        "text_end_p": 0.1,
+        "text_end_wait_s": wait,
+        **more,
+    }
+
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "old default: silence, vad_stop 0.2 s": {**_SILENCE, "vad_stop_secs": 0.2},
     "silence, vad_stop 0.5 s": {**_SILENCE, "vad_stop_secs": 0.5},
@@ -165,27 +182,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "text_unfinished_p": 0.001,
     },
     **{
-        f"+ text-model veto below {veto:g}, statements at p(end) >= 0.1 after {wait:g} s": {
-            **_ADAPTIVE,
-            "smart_turn": True,
-            "unfinished_wait_s": 1.3,
-            "text_model": True,
-            "text_unfinished_p": veto,
-            "text_end_p": 0.1,
-            "text_end_wait_s": wait,
-        }
+        f"+ text-model veto below {veto:g}, statements at p(end) >= 0.1 after {wait:g} s": (
+            _models_wait(veto, wait)
+        )
         for veto, wait in ((0.01, 0.6), (0.01, 0.8), (0.02, 0.8))
     },
-    "+ that, and words that ask end on the model's wait when Smart Turn hears them unfinished": {
-        **_ADAPTIVE,
-        "smart_turn": True,
-        "unfinished_wait_s": 1.3,
-        "text_model": True,
-        "text_unfinished_p": 0.02,
-        "text_end_p": 0.1,
-        "text_end_wait_s": 0.8,
-        "words_over_audio": True,
-    },
+    "+ that, and words that ask end on the model's wait when Smart Turn hears them unfinished": (
+        _models_wait(0.02, 0.8, words_over_audio=True)
+    ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,
         "smart_turn": True,
