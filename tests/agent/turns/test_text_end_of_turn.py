@@ -633,6 +633,28 @@ async def test_a_model_that_never_answers_holds_a_question_only_its_timeout(
     assert turn.after_speech() < STOP_SECS + 0.15 + 0.15, "waited past the model's timeout"
 
 
+async def test_without_the_models_answer_words_do_not_outweigh_smart_turn(
+    make: Any, stalled: str, resetting: str, not_a_completion: str
+) -> None:
+    """``words_over_audio`` ends a request Smart Turn hears unfinished on the model's wait
+    only when the model reads it finished: a model that stalls, resets the connection or
+    answers something else gives no opinion, and the turn waits for the bound."""
+    bound_s = WAIT_S + 0.6
+    for url in (stalled, resetting, not_a_completion):
+        turn = await make(
+            ScriptedTurnAnalyzer(EndOfTurnState.INCOMPLETE),
+            unfinished_wait_s=bound_s,
+            text_model=TextEndOfTurn(url, "m", timeout_s=0.15),
+            text_end_p=0.1,
+            text_end_wait_s=MODELS_WAIT_S,
+            words_over_audio=True,
+        )
+        await turn.speak()
+        await turn.pause("Can you check my last order.")
+        await turn.until_ended(within_s=bound_s + 0.5)
+        assert bound_s - 0.02 < turn.after_speech() < bound_s + 0.25, url
+
+
 async def test_a_late_answer_does_not_decide_the_next_turn(make: Any, stalled: str) -> None:
     """The first turn ends at the bound while the model is still asked; the next turn's
     words are judged on their own."""
