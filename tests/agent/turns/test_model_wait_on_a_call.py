@@ -45,9 +45,14 @@ async def test_its_answer_is_started_inside_the_wait_and_kept(
     local_llm: LLMSettings, redacted_log: list[str]
 ) -> None:
     """The default profile answers ahead (``turn.answer_ahead``): the answer starts once the
-    models have called the turn finished, and the turn's end releases it."""
+    models have called the turn finished, and the turn's end releases it. An answer can start
+    only between the last signal and the end of the model's wait; on a loaded machine Smart
+    Turn's verdict alone took the whole 0.8 s (CI), so the waits here are long enough for
+    every signal to come first."""
     utterance = next(u for u in extended() if u.language == "de" and u.kind == "statement")
-    caller, ended, _ = await call_with_the_model(local_llm, utterance, "CAAHEAD")
+    caller, ended, _ = await call_with_the_model(
+        local_llm, utterance, "CAAHEAD", text_end_wait_s=2.5, unfinished_wait_s=3.0
+    )
     assert caller.first_loud(ended) is not None, f"no answer within {ANSWER_WITHIN_S} s"
     marks = ("answering ahead of the turn's end", "turn ends", "eager answer")
     events = [mark for line in redacted_log for mark in marks if mark in line]
