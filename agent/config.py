@@ -436,6 +436,13 @@ class TurnSettings(_Section):
         "text_end_wait_s also when Smart Turn hears it unfinished, unless the model's p(end) "
         "is below text_end_p (one word or a question mark needs no model).",
     )
+    paused_turns_wait: bool = Field(
+        default=True,
+        description="'adaptive': a turn in which the caller already paused (a second VAD "
+        "segment) ends after text_end_wait_s at the soonest, not on the short wait: at the "
+        "second pause of 'um... what was it... oh right' every signal reads a finished "
+        "question. Turns that pause and then finish are answered that much later.",
+    )
     merge_false_ends: bool = Field(
         default=True,
         description="When the user goes on before any of the answer was heard, cancel it and "

@@ -83,6 +83,7 @@ _ADAPTIVE = {
     "complete_wait_s": 0.0,
     "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
     "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
+    "paused_turns_wait": False,  # and so a turn with a pause in it
 }
 
 
@@ -189,6 +190,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     "+ that, and words that ask end on the model's wait when Smart Turn hears them unfinished": (
         _models_wait(0.02, 0.8, words_over_audio=True)
+    ),
+    "+ that, and a turn with a pause in it ends on the model's wait at the soonest": (
+        _models_wait(0.02, 0.8, words_over_audio=True, paused_turns_wait=True)
     ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,

@@ -37,6 +37,13 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   hears the pause unfinished, unless the model holds them: Smart Turn misses some short turns
   on noisy lines and in voices unlike its training ("stop" 0.14 on white noise at 20 dB,
   French "quelle heure est il" 0.04, Spanish "sí" 0.16), which otherwise waited for the bound.
+- With ``paused_turns_wait``, a turn in which the caller has already paused (a second VAD
+  segment) does not end on the short wait either, but on that middle wait: whoever paused
+  once in a turn may pause again, and "um... what was it... oh right, the delivery address"
+  reads as a finished question at its second pause to every signal here (Smart Turn through
+  line noise 0.55-0.87, the words a question, the model 0.54), where a 0.74 s pause ended it.
+  The cost is on turns that pause and then finish ("Can you tell me... the opening hours?"):
+  answered after the middle wait rather than at once, with their answer started during it.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. Without the text model a statement
   waits too with ``"asks"``: on the bench's set Smart Turn calls clause pauses complete ("I
@@ -191,6 +198,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_veto_min_words: int = VETO_MIN_WORDS,
         answer_ahead: bool = False,
         words_over_audio: bool = False,
+        paused_turns_wait: bool = False,
         context: Callable[[], Conversation] | None = None,
         **kwargs: object,
     ) -> None:
@@ -226,6 +234,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 ends after ``text_end_wait_s`` also when Smart Turn hears it unfinished,
                 unless the model holds it (p(end) below ``text_end_p``; a turn the veto does
                 not read, one word or a question mark, needs no model).
+            paused_turns_wait: A turn of two VAD segments or more that would end on the
+                short wait ends after ``text_end_wait_s`` instead: the caller pauses in it.
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -263,6 +273,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._veto_min_words = text_veto_min_words
         self._answer_ahead = answer_ahead
         self._words_over_audio = words_over_audio
+        self._paused_turns_wait = paused_turns_wait
+        self._segments_this_turn = 0  # VAD segments in this turn
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
@@ -321,6 +333,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text = ""
         self._final = False
         self._words_at = None
+        # Pipecat's start strategies see a frame first: a turn the VAD start opens is counted
+        # when this strategy sees that start, one a barge-in opens mid-speech is counted now.
+        # Sounds that opened no turn (a cough over the bot's answer) are not this turn's.
+        self._segments_this_turn = 1 if self._speaking else 0
 
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
@@ -329,6 +345,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict, self._verdict_due = None, False
         self._p_end, self._p_due = None, False
         self._turns_ended += 1
+        self._segments_this_turn = 0
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -349,6 +366,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._ahead is not None:  # the user goes on: the answer is for words not final
                 await self._withdraw_ahead()
             self._segments_heard += 1
+            self._segments_this_turn += 1
             self._segments_due += 1
             self._interim = ""  # a new segment: its words are not known yet
             self._speech_ended_at = self._quiet_heard_s = None
@@ -470,8 +488,15 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         Turn's verdict, the words as the tie-breaker, the words alone without Smart Turn),
         ``"finished"`` (``text_end_wait_s``: Smart Turn and the text model call a turn whose
         words do not ask finished; with ``words_over_audio``, also words that ask which Smart
-        Turn hears unfinished and the model does not hold) or ``"waited"`` (the upper
-        bound)."""
+        Turn hears unfinished and the model does not hold; with ``paused_turns_wait``, a
+        complete turn the caller paused in) or ``"waited"`` (the upper bound)."""
+        ending = self._ending_by_signals()
+        if ending == "complete" and self._paused_turns_wait and self._segments_this_turn > 1:
+            return "finished"
+        return ending
+
+    def _ending_by_signals(self) -> Ending:
+        """:meth:`_ending` from Smart Turn, the words and the text model alone."""
         if self._analyzer is None:
             return "complete" if asks_for_answer(self._text) else "waited"
         if self._verdict != EndOfTurnState.COMPLETE:

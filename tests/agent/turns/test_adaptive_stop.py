@@ -47,6 +47,8 @@ class Recorder:
 
         @strategy.event_handler("on_user_turn_stopped")
         async def _stopped(_strategy: Any, _params: Any) -> None:
+            if not self.in_turn:
+                return  # Pipecat's aggregator ends only a turn that is open
             self.ended.append(time.time())
             self.in_turn = False
             self._turn_ended.set()
@@ -437,3 +439,80 @@ async def test_short_commands_and_questions_in_any_language_end_at_once(
 def test_an_unknown_text_check_is_refused() -> None:
     with pytest.raises(ValueError, match="text_check"):
         AdaptiveUserTurnStopStrategy(text_check="keywords")
+
+
+MIDDLE_S = 0.4  # text_end_wait_s in the paused-turn specs: between the short wait and WAIT_S
+
+
+@pytest.mark.parametrize("paused_turns_wait", [True, False], ids=["waits", "rule off"])
+async def test_a_turn_the_caller_paused_in_waits_the_middle_wait_at_its_next_pause(
+    make: Any, paused_turns_wait: bool
+) -> None:
+    """ "Um... what was it... oh right, the delivery address": at "what was it" Smart Turn,
+    the words and the text model all hear a finished question. A caller who paused once in a
+    turn may pause again, so with ``paused_turns_wait`` that turn is not answered at once:
+    it ends after ``text_end_wait_s``, and going on inside it keeps it one turn."""
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=paused_turns_wait,
+    )
+    await turn.speak()
+    await turn.pause("Um.")
+    await asyncio.sleep(0.1)
+    await turn.speak()
+    await turn.pause("What was it?")
+    await asyncio.sleep(0.1)
+    if not paused_turns_wait:
+        assert turn.after_speech() < STOP_SECS + 0.1, "the rule is off: a question ends at once"
+        return
+    assert turn.ended == [], "answered at the second pause of a turn the caller paused in"
+    await turn.speak()  # "oh right, the delivery address"
+    await turn.pause("Oh right, the delivery address?")
+    await turn.until_ended(MIDDLE_S + 0.5)
+    assert len(turn.ended) == 1
+    assert MIDDLE_S - 0.02 < turn.after_speech() < MIDDLE_S + 0.15
+
+
+async def test_a_question_in_one_breath_still_ends_at_once_with_the_paused_rule(
+    make: Any,
+) -> None:
+    """The rule counts pauses in this turn only: the next turn's question, said without a
+    pause, ends on the short wait again."""
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=True,
+    )
+    await turn.speak()
+    await turn.pause("Um.")
+    await asyncio.sleep(0.05)
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await turn.until_ended(MIDDLE_S + 0.5)
+    assert len(turn.ended) == 1, "the paused turn never ended"
+    await turn.speak()
+    await turn.pause("And when do you close?")
+    await turn.until_ended(0.3)
+    assert len(turn.ended) == 2
+    assert turn.after_speech() < STOP_SECS + 0.1
+
+
+async def test_a_sound_that_opened_no_turn_does_not_make_the_next_question_wait(
+    make: Any,
+) -> None:
+    """A cough over the bot's answer is a VAD segment that opens no turn (too short to barge
+    in, no words); the caller's next question, in one breath, is a turn of one segment."""
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=True,
+    )
+    await turn.strategy.process_frame(VADUserStartedSpeakingFrame())  # no turn opens
+    await turn.pause("")
+    await asyncio.sleep(WAIT_S)
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await turn.until_ended(MIDDLE_S + 0.3)
+    assert turn.ended, "the question never ended"
+    assert turn.after_speech() < STOP_SECS + 0.1, "the cough counted as a pause in the turn"

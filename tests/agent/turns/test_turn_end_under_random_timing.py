@@ -13,9 +13,9 @@ bound after the end of speech or at once when a late final arrives, with every w
 user message, and never by Pipecat's fallback.
 
 With the text model as the default profile sets it (its veto on words that ask, its wait for
-statements it calls finished), its answer is drawn too (none, below or above each threshold)
-and how long it takes (0-0.4 s): it may move the end of the turn between the three waits, and
-only by what it said, never by when it said it.
+statements it calls finished and for turns the caller paused in), its answer is drawn too
+(none, below or above each threshold) and how long it takes (0-0.4 s): it may move the end of
+the turn between the three waits, and only by what it said, never by when it said it.
 """
 
 from __future__ import annotations
@@ -211,6 +211,7 @@ def run(
                 "text_unfinished_p": DEFAULT.text_unfinished_p,
                 "answer_ahead": True,
                 "words_over_audio": words_over_audio,
+                "paused_turns_wait": DEFAULT.paused_turns_wait,
             }
         strategy = AdaptiveUserTurnStopStrategy(
             complete_wait_s=0.0,
@@ -266,10 +267,18 @@ STATEMENT = "i would like a table for two people."
 
 
 def expected_ending(
-    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool
+    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool, paused: bool
 ) -> Ending:
     """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
-    then the model's p(end) where it may change the outcome (the strategy's docstring)."""
+    then the model's p(end) where it may change the outcome, and a turn the caller ``paused``
+    in never on the short wait (the strategy's docstring)."""
+    ending = ending_by_signals(heard, verdict, p, words_over_audio)
+    return "finished" if ending == "complete" and paused else ending
+
+
+def ending_by_signals(
+    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool
+) -> Ending:
     if verdict != EndOfTurnState.COMPLETE:
         if words_over_audio and heard.endswith(QUESTION):
             return "finished"  # a question mark: the words need no model
@@ -322,7 +331,8 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     assert last_stop <= ended <= max(speech_end + BOUND_S, final_at) + SLACK_S
     if final_at > speech_end + BOUND_S:
         return  # a late final: the turn ends the moment it arrives, as asserted
-    ending = expected_ending(seen["heard"], smart_turn.state, p, words_over_audio)
+    paused = len(segments) > 1 and DEFAULT.paused_turns_wait
+    ending = expected_ending(seen["heard"], smart_turn.state, p, words_over_audio, paused)
     wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
     assert ended >= speech_end + wait_s - SLACK_S, (
         f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
