@@ -37,13 +37,14 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   hears the pause unfinished, unless the model holds them: Smart Turn misses some short turns
   on noisy lines and in voices unlike its training ("stop" 0.14 on white noise at 20 dB,
   French "quelle heure est il" 0.04, Spanish "sí" 0.16), which otherwise waited for the bound.
-- With ``paused_turns_wait``, a turn in which the caller has already paused (a second VAD
-  segment) does not end on the short wait either, but on that middle wait: whoever paused
-  once in a turn may pause again, and "um... what was it... oh right, the delivery address"
-  reads as a finished question at its second pause to every signal here (Smart Turn through
-  line noise 0.55-0.87, the words a question, the model 0.54), where a 0.74 s pause ended it.
-  The cost is on turns that pause and then finish ("Can you tell me... the opening hours?"):
-  answered after the middle wait rather than at once, with their answer started during it.
+- With ``paused_turns_wait``, a turn in which the caller has already paused (a VAD segment
+  before the one with the last words) does not end on the short wait either, but on that
+  middle wait: whoever paused once in a turn may pause again, and "um... what was it... oh
+  right, the delivery address" reads as a finished question at its second pause to every
+  signal here (Smart Turn through line noise 0.55-0.87, the words a question, the model
+  0.54), where a 0.74 s pause ended it. The cost is on turns that pause and then finish ("Can
+  you tell me... the opening hours?"): answered after the middle wait rather than at once,
+  with their answer started during it.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. Without the text model a statement
   waits too with ``"asks"``: on the bench's set Smart Turn calls clause pauses complete ("I
@@ -234,8 +235,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 ends after ``text_end_wait_s`` also when Smart Turn hears it unfinished,
                 unless the model holds it (p(end) below ``text_end_p``; a turn the veto does
                 not read, one word or a question mark, needs no model).
-            paused_turns_wait: A turn of two VAD segments or more that would end on the
-                short wait ends after ``text_end_wait_s`` instead: the caller pauses in it.
+            paused_turns_wait: A turn whose words came after a pause in it (a VAD segment
+                before the last one with words) that would end on the short wait ends after
+                ``text_end_wait_s`` instead.
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -275,6 +277,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._words_over_audio = words_over_audio
         self._paused_turns_wait = paused_turns_wait
         self._segments_this_turn = 0  # VAD segments in this turn
+        self._trailing_empty = 0  # of them, the last ones the recognizer heard no words in
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
@@ -337,6 +340,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         # when this strategy sees that start, one a barge-in opens mid-speech is counted now.
         # Sounds that opened no turn (a cough over the bot's answer) are not this turn's.
         self._segments_this_turn = 1 if self._speaking else 0
+        self._trailing_empty = 0
 
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
@@ -345,7 +349,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict, self._verdict_due = None, False
         self._p_end, self._p_due = None, False
         self._turns_ended += 1
-        self._segments_this_turn = 0
+        self._segments_this_turn = self._trailing_empty = 0
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -397,6 +401,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._segments_given_up -= 1  # a segment the last turn ended without
             else:
                 self._segments_due = max(0, self._segments_due - 1)
+                self._trailing_empty = 0 if frame.text.strip() else self._trailing_empty + 1
                 self._schedule()
         return ProcessFrameResult.CONTINUE
 
@@ -491,9 +496,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         Turn hears unfinished and the model does not hold; with ``paused_turns_wait``, a
         complete turn the caller paused in) or ``"waited"`` (the upper bound)."""
         ending = self._ending_by_signals()
-        if ending == "complete" and self._paused_turns_wait and self._segments_this_turn > 1:
-            return "finished"
-        return ending
+        return "finished" if ending == "complete" and self._paused_in_turn() else ending
+
+    def _paused_in_turn(self) -> bool:
+        """``paused_turns_wait``: the caller's words came after a pause in this turn. Sounds
+        after the last words do not count (line noise the VAD took for speech: babble after
+        "oui" made a second segment); a segment with no words before them does (a recognizer
+        may drop the "um" before a pause, and its audio goes to the next segment)."""
+        return self._paused_turns_wait and self._segments_this_turn - self._trailing_empty > 1
 
     def _ending_by_signals(self) -> Ending:
         """:meth:`_ending` from Smart Turn, the words and the text model alone."""

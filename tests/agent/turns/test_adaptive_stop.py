@@ -516,3 +516,36 @@ async def test_a_sound_that_opened_no_turn_does_not_make_the_next_question_wait(
     await turn.until_ended(MIDDLE_S + 0.3)
     assert turn.ended, "the question never ended"
     assert turn.after_speech() < STOP_SECS + 0.1, "the cough counted as a pause in the turn"
+
+
+async def test_a_sound_after_the_words_is_not_a_pause_in_the_turn(make: Any) -> None:
+    """Babble behind the caller made the VAD hear a second segment just after "Oui." (a run
+    of the extended set, 10 dB): the recognizer heard no words in it, so the caller did not
+    go on after a pause, and the answer comes at once. A segment with no words before the
+    words does count (the recognizer may drop an "um")."""
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=True,
+    )
+    await turn.speak()
+    await turn.pause(None)  # "Oui.", its final still on its way
+    await turn.speak()  # babble
+    await turn.transcribed("Oui.")
+    await turn.pause("")
+    await turn.until_ended(MIDDLE_S + 0.3)
+    assert turn.ended, "the turn never ended"
+    assert turn.after_speech() < STOP_SECS + 0.1, "a sound after the words counted as a pause"
+
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=True,
+    )
+    await turn.speak()
+    await turn.pause("")  # an "um" the recognizer dropped
+    await turn.speak()
+    await turn.pause("What was it?")
+    await turn.until_ended(MIDDLE_S + 0.5)
+    assert turn.ended, "the turn never ended"
+    assert turn.after_speech() > MIDDLE_S - 0.02, "a pause before the words did not count"
