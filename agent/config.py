@@ -438,11 +438,11 @@ class TurnSettings(_Section):
     )
     paused_turns_wait: bool = Field(
         default=True,
-        description="'adaptive': a turn in which the caller already paused (a VAD segment "
-        "before the one with its last words) ends after text_end_wait_s at the soonest, not "
-        "on the short wait: at the second pause of 'um... what was it... oh right' every "
-        "signal reads a finished question. Turns that pause and then finish are answered that "
-        "much later.",
+        description="'adaptive': a turn in which the caller already hesitated (paused after "
+        "words that stop unfinished, such as a filler, or after a segment with no words) ends "
+        "after text_end_wait_s at the soonest, not on the short wait: at the second pause of "
+        "'um... what was it... oh right' every signal reads a finished question. Turns that "
+        "hesitate and then finish are answered that much later.",
     )
     merge_false_ends: bool = Field(
         default=True,

@@ -37,14 +37,14 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   hears the pause unfinished, unless the model holds them: Smart Turn misses some short turns
   on noisy lines and in voices unlike its training ("stop" 0.14 on white noise at 20 dB,
   French "quelle heure est il" 0.04, Spanish "sí" 0.16), which otherwise waited for the bound.
-- With ``paused_turns_wait``, a turn in which the caller has already paused (a VAD segment
-  before the one with the last words) does not end on the short wait either, but on that
-  middle wait: whoever paused once in a turn may pause again, and "um... what was it... oh
-  right, the delivery address" reads as a finished question at its second pause to every
-  signal here (Smart Turn through line noise 0.55-0.87, the words a question, the model
-  0.54), where a 0.74 s pause ended it. The cost is on turns that pause and then finish ("Can
-  you tell me... the opening hours?"): answered after the middle wait rather than at once,
-  with their answer started during it.
+- With ``paused_turns_wait``, a turn in which the caller has already hesitated (paused after
+  a filler or a connective, or after a segment with no words) does not end on the short wait
+  either, but on that middle wait: whoever hesitated once in a turn may again, and "um...
+  what was it... oh right, the delivery address" reads as a finished question at its second
+  pause to every signal here (Smart Turn through line noise 0.55-0.87, the words a question,
+  the model 0.54), where a 0.74 s pause ended it. The cost is on turns that hesitate and then
+  finish ("So... can you tell me the opening hours?"): answered after the middle wait rather
+  than at once, with their answer started during it.
 - Otherwise it ends ``unfinished_wait_s`` after the end of speech: long enough to outlast a
   clause pause, and the hard upper bound for every turn. Without the text model a statement
   waits too with ``"asks"``: on the bench's set Smart Turn calls clause pauses complete ("I
@@ -235,9 +235,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 ends after ``text_end_wait_s`` also when Smart Turn hears it unfinished,
                 unless the model holds it (p(end) below ``text_end_p``; a turn the veto does
                 not read, one word or a question mark, needs no model).
-            paused_turns_wait: A turn whose words came after a pause in it (a VAD segment
-                before the last one with words) that would end on the short wait ends after
-                ``text_end_wait_s`` instead.
+            paused_turns_wait: A turn the caller hesitated in before its last words (a
+                pause after words that stop unfinished, or after a segment with no words) that
+                would end on the short wait ends after ``text_end_wait_s`` instead.
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -276,8 +276,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._answer_ahead = answer_ahead
         self._words_over_audio = words_over_audio
         self._paused_turns_wait = paused_turns_wait
-        self._segments_this_turn = 0  # VAD segments in this turn
-        self._trailing_empty = 0  # of them, the last ones the recognizer heard no words in
+        self._segment_words: list[str] = []  # this turn's segments' transcripts so far
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
@@ -336,11 +335,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._text = ""
         self._final = False
         self._words_at = None
-        # Pipecat's start strategies see a frame first: a turn the VAD start opens is counted
-        # when this strategy sees that start, one a barge-in opens mid-speech is counted now.
         # Sounds that opened no turn (a cough over the bot's answer) are not this turn's.
-        self._segments_this_turn = 1 if self._speaking else 0
-        self._trailing_empty = 0
+        self._segment_words = []
 
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
@@ -349,7 +345,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict, self._verdict_due = None, False
         self._p_end, self._p_due = None, False
         self._turns_ended += 1
-        self._segments_this_turn = self._trailing_empty = 0
+        self._segment_words = []
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -370,7 +366,6 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._ahead is not None:  # the user goes on: the answer is for words not final
                 await self._withdraw_ahead()
             self._segments_heard += 1
-            self._segments_this_turn += 1
             self._segments_due += 1
             self._interim = ""  # a new segment: its words are not known yet
             self._speech_ended_at = self._quiet_heard_s = None
@@ -401,7 +396,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._segments_given_up -= 1  # a segment the last turn ended without
             else:
                 self._segments_due = max(0, self._segments_due - 1)
-                self._trailing_empty = 0 if frame.text.strip() else self._trailing_empty + 1
+                self._segment_words.append(frame.text)
                 self._schedule()
         return ProcessFrameResult.CONTINUE
 
@@ -499,11 +494,23 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         return "finished" if ending == "complete" and self._paused_in_turn() else ending
 
     def _paused_in_turn(self) -> bool:
-        """``paused_turns_wait``: the caller's words came after a pause in this turn. Sounds
-        after the last words do not count (line noise the VAD took for speech: babble after
-        "oui" made a second segment); a segment with no words before them does (a recognizer
-        may drop the "um" before a pause, and its audio goes to the next segment)."""
-        return self._paused_turns_wait and self._segments_this_turn - self._trailing_empty > 1
+        """``paused_turns_wait``: the caller hesitated in this turn before its last words: a
+        pause after words that stop unfinished ("Um.", "So.", "I would like to") or after a
+        segment with no words (a recognizer may drop the "um"). A pause after a finished
+        sentence is not one ("Hello there... can you tell me when you open?" is answered at
+        once), nor is a sound after the last words (babble after "oui" made a second
+        segment)."""
+        if not self._paused_turns_wait:
+            return False
+        worded = [i for i, text in enumerate(self._segment_words) if text.strip()]
+        heard = ""
+        for text in self._segment_words[: worded[-1] if worded else 0]:
+            if not text.strip():
+                return True
+            heard = f"{heard} {text}".strip()
+            if ends_unfinished(heard):
+                return True
+        return False
 
     def _ending_by_signals(self) -> Ending:
         """:meth:`_ending` from Smart Turn, the words and the text model alone."""

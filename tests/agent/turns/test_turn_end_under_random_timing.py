@@ -13,7 +13,7 @@ bound after the end of speech or at once when a late final arrives, with every w
 user message, and never by Pipecat's fallback.
 
 With the text model as the default profile sets it (its veto on words that ask, its wait for
-statements it calls finished and for turns the caller paused in), its answer is drawn too
+statements it calls finished and for turns the caller hesitated in), its answer is drawn too
 (none, below or above each threshold) and how long it takes (0-0.4 s): it may move the end of
 the turn between the three waits, and only by what it said, never by when it said it.
 """
@@ -258,6 +258,9 @@ def test_every_utterance_ends_in_one_turn_on_time_with_all_its_words(
 CLOSED_FRAGMENTS = ["hello there.", "um.", "well i was thinking.", "so."]
 """Fragments the recognizer closed with a full stop, which the model reads as going on (p 0):
 none ends the turn on its own, and the turn's words are the last sentence's."""
+HESITATIONS = {"um.", "so."}
+"""Of them, those a pause after is a hesitation (a filler, a connective): the turn then waits
+the model's wait at the soonest, as after a segment with no words."""
 QUESTION = "can you tell me when the store opens?"
 """Words that ask, closed with a question mark: the model is not asked (beyond the veto)."""
 REQUEST = "can you tell me the opening hours."
@@ -331,7 +334,9 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     assert last_stop <= ended <= max(speech_end + BOUND_S, final_at) + SLACK_S
     if final_at > speech_end + BOUND_S:
         return  # a late final: the turn ends the moment it arrives, as asserted
-    paused = len(segments) > 1 and DEFAULT.paused_turns_wait
+    paused = DEFAULT.paused_turns_wait and any(
+        segment.empty or segment.words in HESITATIONS for segment in segments[:-1]
+    )
     ending = expected_ending(seen["heard"], smart_turn.state, p, words_over_audio, paused)
     wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
     assert ended >= speech_end + wait_s - SLACK_S, (
