@@ -489,7 +489,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         ``"finished"`` (``text_end_wait_s``: Smart Turn and the text model call a turn whose
         words do not ask finished; with ``words_over_audio``, also words that ask which Smart
         Turn hears unfinished and the model does not hold; with ``paused_turns_wait``, a
-        complete turn the caller paused in) or ``"waited"`` (the upper bound)."""
+        complete turn the caller hesitated in) or ``"waited"`` (the upper bound)."""
         ending = self._ending_by_signals()
         return "finished" if ending == "complete" and self._paused_in_turn() else ending
 
@@ -502,9 +502,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         segment)."""
         if not self._paused_turns_wait:
             return False
-        worded = [i for i, text in enumerate(self._segment_words) if text.strip()]
+        last_words = max((i for i, t in enumerate(self._segment_words) if t.strip()), default=0)
         heard = ""
-        for text in self._segment_words[: worded[-1] if worded else 0]:
+        for text in self._segment_words[:last_words]:
             if not text.strip():
                 return True
             heard = f"{heard} {text}".strip()

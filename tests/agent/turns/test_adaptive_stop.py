@@ -444,6 +444,16 @@ def test_an_unknown_text_check_is_refused() -> None:
 MIDDLE_S = 0.4  # text_end_wait_s in the paused-turn specs: between the short wait and WAIT_S
 
 
+async def with_the_paused_rule(make: Any, on: bool = True) -> Recorder:
+    """Smart Turn calls every pause complete, the middle wait is MIDDLE_S, and
+    ``paused_turns_wait`` is ``on``."""
+    return await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        text_end_wait_s=MIDDLE_S,
+        paused_turns_wait=on,
+    )
+
+
 @pytest.mark.parametrize("paused_turns_wait", [True, False], ids=["waits", "rule off"])
 async def test_a_turn_the_caller_paused_in_waits_the_middle_wait_at_its_next_pause(
     make: Any, paused_turns_wait: bool
@@ -452,11 +462,7 @@ async def test_a_turn_the_caller_paused_in_waits_the_middle_wait_at_its_next_pau
     the words and the text model all hear a finished question. A caller who paused once in a
     turn may pause again, so with ``paused_turns_wait`` that turn is not answered at once:
     it ends after ``text_end_wait_s``, and going on inside it keeps it one turn."""
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=paused_turns_wait,
-    )
+    turn = await with_the_paused_rule(make, paused_turns_wait)
     await turn.speak()
     await turn.pause("Um.")
     await asyncio.sleep(0.1)
@@ -479,11 +485,7 @@ async def test_a_question_in_one_breath_still_ends_at_once_with_the_paused_rule(
 ) -> None:
     """The rule counts pauses in this turn only: the next turn's question, said without a
     pause, ends on the short wait again."""
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=True,
-    )
+    turn = await with_the_paused_rule(make)
     await turn.speak()
     await turn.pause("Um.")
     await asyncio.sleep(0.05)
@@ -503,11 +505,7 @@ async def test_a_sound_that_opened_no_turn_does_not_make_the_next_question_wait(
 ) -> None:
     """A cough over the bot's answer is a VAD segment that opens no turn (too short to barge
     in, no words); the caller's next question, in one breath, is a turn of one segment."""
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=True,
-    )
+    turn = await with_the_paused_rule(make)
     await turn.strategy.process_frame(VADUserStartedSpeakingFrame())  # no turn opens
     await turn.pause("")
     await asyncio.sleep(WAIT_S)
@@ -523,11 +521,7 @@ async def test_a_sound_after_the_words_is_not_a_pause_in_the_turn(make: Any) -> 
     of the extended set, 10 dB): the recognizer heard no words in it, so the caller did not
     go on after a pause, and the answer comes at once. A segment with no words before the
     words does count (the recognizer may drop an "um")."""
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=True,
-    )
+    turn = await with_the_paused_rule(make)
     await turn.speak()
     await turn.pause(None)  # "Oui.", its final still on its way
     await turn.speak()  # babble
@@ -537,11 +531,7 @@ async def test_a_sound_after_the_words_is_not_a_pause_in_the_turn(make: Any) -> 
     assert turn.ended, "the turn never ended"
     assert turn.after_speech() < STOP_SECS + 0.1, "a sound after the words counted as a pause"
 
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=True,
-    )
+    turn = await with_the_paused_rule(make)
     await turn.speak()
     await turn.pause("")  # an "um" the recognizer dropped
     await turn.speak()
@@ -555,11 +545,7 @@ async def test_a_question_after_a_finished_sentence_and_a_pause_ends_at_once(mak
     """ "Hello there... can you tell me what time the store opens?": the caller paused after a
     finished sentence, not mid-thought, so the question is answered on the short wait (the
     greeting bench: p50 553 ms, against 945 ms when every pause counted)."""
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
-        text_end_wait_s=MIDDLE_S,
-        paused_turns_wait=True,
-    )
+    turn = await with_the_paused_rule(make)
     await turn.speak()
     await turn.pause(None)  # "Hello there.", its final still on its way
     await turn.speak()

@@ -273,8 +273,8 @@ def expected_ending(
     heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool, paused: bool
 ) -> Ending:
     """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
-    then the model's p(end) where it may change the outcome, and a turn the caller ``paused``
-    in never on the short wait (the strategy's docstring)."""
+    then the model's p(end) where it may change the outcome, and a turn the caller hesitated
+    in (``paused``) never on the short wait (the strategy's docstring)."""
     ending = ending_by_signals(heard, verdict, p, words_over_audio)
     return "finished" if ending == "complete" and paused else ending
 
