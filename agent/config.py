@@ -336,6 +336,19 @@ class TurnSettings(_Section):
         "background, heard while the caller is quiet, is speech to Silero: quiet and hissing "
         "lines decide as stock Silero. 0: off. See bench/results/turn_taking_talkers.md.",
     )
+    vad_floor_margin_db: float = Field(
+        default=3.0,
+        ge=0,
+        le=20,
+        description="Once the caller speaks, a window within this many dB of the line's noise "
+        "floor that Silero is not sure of (under 0.9) is quiet, so the VAD hears the caller stop "
+        "where the speech ends rather than where Silero's confidence has decayed (the end of "
+        "speech heard 62-86 ms late on a clean phone line, 83-184 ms with hiss 10 dB under the "
+        "speech; 26-46 and 19-100 ms with it): every turn's final, and answer, comes that much "
+        "sooner (agent/vad/line_floor.py, bench/results/vad_stop.md). Only where the line's "
+        "background is silence or steady noise; starts are untouched. 0: off, as stock Silero. "
+        "See README, 'The line's floor'.",
+    )
     end_of_turn: Literal["silence", "adaptive"] = Field(
         default="adaptive",
         description="'adaptive': end soon after a complete question (complete_wait_s), else "

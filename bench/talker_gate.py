@@ -81,11 +81,12 @@ def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> tuple
     return from_ulaw(to_ulaw(audio)).astype(np.int16).tobytes(), end_s
 
 
-async def vad_states(audio: bytes, margin_db: float | None) -> list[VADState]:
-    """The product's VAD (the turn settings', the gate at ``margin_db`` or off) on ``audio``."""
-    turn = TurnSettings(vad_foreground_db=margin_db or 0)
+async def vad_states(audio: bytes, margin_db: float | None, **turn: float) -> list[VADState]:
+    """The product's VAD (the turn settings', ``turn`` over them, the gate at ``margin_db`` or
+    off) on ``audio``."""
+    settings = TurnSettings(vad_foreground_db=margin_db or 0, **turn)
     # One call: each window scored at once, not batched with others.
-    vad = caller_vad(turn, batcher=SileroBatcher(max_delay_s=0))
+    vad = caller_vad(settings, batcher=SileroBatcher(max_delay_s=0))
     vad.set_sample_rate(RATE)
     return [
         await vad.analyze_audio(audio[i : i + CHUNK])

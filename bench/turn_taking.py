@@ -76,7 +76,7 @@ AFTER_S = 3.0
 REFERENCE_FINAL_DELAY_S = 0.3
 """The Voxtral stand-in's final, after the final commit (:mod:`tests.fakes.reference_words`)."""
 RECOGNIZERS = ("tiny.en", "reference")
-_SILENCE = {"end_of_turn": "silence", "smart_turn": False}
+_SILENCE = {"end_of_turn": "silence", "smart_turn": False, "vad_floor_margin_db": 0}
 _ADAPTIVE = {
     "end_of_turn": "adaptive",
     "vad_stop_secs": 0.2,
@@ -84,6 +84,7 @@ _ADAPTIVE = {
     "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
     "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
     "paused_turns_wait": False,  # and so a turn with a pause in it
+    "vad_floor_margin_db": 0,  # and so the VAD's stop at the line's noise floor
 }
 
 
@@ -193,6 +194,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     ),
     "+ that, and a turn with a pause in it ends on the model's wait at the soonest": (
         _models_wait(0.02, 0.8, words_over_audio=True, paused_turns_wait=True)
+    ),
+    "+ that, and the VAD hears the caller stop at the line's noise floor": _models_wait(
+        0.02, 0.8, words_over_audio=True, paused_turns_wait=True, vad_floor_margin_db=3.0
     ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,

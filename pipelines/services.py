@@ -186,6 +186,7 @@ def caller_vad(settings: TurnSettings, **options: Any) -> SharedSileroVADAnalyze
     return SharedSileroVADAnalyzer(
         params=caller_vad_params(settings),
         foreground_margin_db=settings.vad_foreground_db or None,
+        floor_margin_db=settings.vad_floor_margin_db or None,
         **options,
     )
 

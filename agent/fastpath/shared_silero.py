@@ -59,6 +59,7 @@ from agent.vad.batcher import (
     silero_session,
 )
 from agent.vad.foreground import ForegroundTalker
+from agent.vad.line_floor import LineFloor
 
 # The same reset rule as pipecat.audio.vad.silero (see its comments for the reasoning): after
 # this much audio, reset the model's memory at the first quiet point where this many windows
@@ -78,6 +79,10 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         foreground_margin_db: count a speech window only within this many dB of the caller's
             own speech level (:mod:`agent.vad.foreground`: talkers behind the caller are not
             the caller); ``None`` (the default) decides exactly as Pipecat's analyzer.
+        floor_margin_db: once the caller speaks, a window within this many dB of the line's
+            noise floor that Silero is unsure of is quiet (:mod:`agent.vad.line_floor`: the
+            stop comes where the speech ends, not where Silero's confidence has decayed);
+            ``None`` (the default) decides exactly as Pipecat's analyzer.
     """
 
     def __init__(
@@ -87,13 +92,16 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         params: VADParams | None = None,
         batcher: SileroBatcher | None = None,
         foreground_margin_db: float | None = None,
+        floor_margin_db: float | None = None,
     ) -> None:
         super().__init__(sample_rate=sample_rate, params=params)
+        window_s = WINDOW_SAMPLES[16000] / 16000  # 32 ms at either rate
         self._foreground = (
             None
             if foreground_margin_db is None
-            else ForegroundTalker(foreground_margin_db, window_s=WINDOW_SAMPLES[16000] / 16000)
+            else ForegroundTalker(foreground_margin_db, window_s)
         )
+        self._floor = None if floor_margin_db is None else LineFloor(floor_margin_db, window_s)
         self._batcher = batcher
         self._stream = SileroStream()
         self._lock = asyncio.Lock()
@@ -204,6 +212,11 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
                 speech=speech,
                 between_turns=self._vad_state in (VADState.QUIET, VADState.STARTING),
             )
+        if self._floor is not None:
+            # Only inside the caller's speech: a start is never helped or hindered.
+            in_speech = self._vad_state in (VADState.SPEAKING, VADState.STOPPING)
+            if self._floor.is_quiet(window, float(confidence), in_speech=in_speech) and in_speech:
+                speech = False
         self._step(speech)
         self._settle()
 

@@ -82,10 +82,12 @@ def test_every_pipeline_gets_the_callers_vad_as_the_turn_settings_tune_it() -> N
     params = analyzer.params
     assert (params.confidence, params.min_volume, params.stop_secs) == (0.55, 0.35, 0.3)
     assert analyzer._foreground is not None  # the talker gate, on by default
+    assert analyzer._floor is not None  # and the line's floor
 
 
-def test_a_transport_that_hosts_the_vad_gets_it_and_no_stage_and_0_db_turns_the_gate_off() -> None:
+def test_a_transport_that_hosts_the_vad_gets_it_and_no_stage_and_0_db_turns_the_gates_off() -> None:
     hosting = VADHostingInput()
-    assert vad_stages(TurnSettings(vad_foreground_db=0), hosting) == []
+    assert vad_stages(TurnSettings(vad_foreground_db=0, vad_floor_margin_db=0), hosting) == []
     assert isinstance(hosting.analyzer, SharedSileroVADAnalyzer)
     assert hosting.analyzer._foreground is None
+    assert hosting.analyzer._floor is None

@@ -35,6 +35,7 @@ from tests.fakes.speech import conversation, frames_of, heard_changes
 pytestmark = requires_espeak
 
 QUESTION = "can you call me back tomorrow"
+HISSY = "i would like to book a table for two people"
 HANG_GUARD_S = 60.0  # only stops a hung test; nothing here asserts speed
 
 
@@ -355,3 +356,73 @@ async def test_new_timing_mid_speech_keeps_the_speech_going() -> None:
     breath_at = (len(lead) + len(first)) * 2 // 640
     for change_at in range(breath_at - 6, breath_at + 4):  # in the last word, then the breath
         assert await asyncio.wait_for(heard(change_at), HANG_GUARD_S) == unchanged, change_at
+
+
+async def stop_and_starts(
+    pcm: bytes, floor_margin_db: float | None, sample_rate: int = 8000
+) -> list[tuple[int, VADState]]:
+    """Where the product's VAD (the talker gate on) starts and stops on ``pcm``, fed as a phone
+    call's 20 ms frames."""
+    vad = SharedSileroVADAnalyzer(
+        foreground_margin_db=6.0,
+        floor_margin_db=floor_margin_db,
+        batcher=SileroBatcher(max_delay_s=0.0),  # frames come back to back: no batching wait
+    )
+    vad.set_sample_rate(sample_rate)
+    return heard_changes(await feed(vad, frames_of(pcm, sample_rate // 25)))
+
+
+async def test_with_the_floor_a_quiet_line_starts_as_stock_silero_and_stops_no_later() -> None:
+    """``floor_margin_db`` acts only inside the caller's speech and only toward quiet: every
+    start is stock Silero's, and every stop comes at the same frame or sooner."""
+    pcm = conversation(8000)
+    stock = await asyncio.wait_for(stop_and_starts(pcm, None), HANG_GUARD_S)
+    floor = await asyncio.wait_for(stop_and_starts(pcm, 3.0), HANG_GUARD_S)
+
+    assert [state for _, state in floor] == [state for _, state in stock]
+    assert len(stock) == 6
+    for (at, state), (stock_at, _) in zip(floor, stock, strict=True):
+        assert at == stock_at if state == VADState.SPEAKING else at <= stock_at
+
+
+async def test_on_a_hissing_line_the_floor_hears_the_caller_stop_sooner() -> None:
+    """White noise 10 dB under the speech: Silero's confidence lingers on the hiss after the
+    last word, and the stop (and so the STT's final) came that much later."""
+    pcm = phrase_audio(HISSY, 8000, voice="piper")
+    before, speech, after = line(pcm.tobytes(), 8000, "white", 10, before_s=1.0, after_s=2.0)
+    ends_at = (len(before) + len(speech)) // 320
+
+    stock = await asyncio.wait_for(stop_and_starts(before + speech + after, None), HANG_GUARD_S)
+    floor = await asyncio.wait_for(stop_and_starts(before + speech + after, 3.0), HANG_GUARD_S)
+
+    assert [state for _, state in floor] == [VADState.SPEAKING, VADState.QUIET]
+    assert [state for _, state in stock] == [VADState.SPEAKING, VADState.QUIET]
+    assert floor[0] == stock[0]
+    stock_lag, floor_lag = stock[1][0] - ends_at, floor[1][0] - ends_at
+    assert floor_lag <= stock_lag - 3, f"stop {stock_lag} -> {floor_lag} frames after the end"
+
+
+async def test_a_noise_like_sound_inside_a_word_does_not_end_the_speech() -> None:
+    """The "ch" of "möchte" and the "sch" of "Tisch" are as loud as white noise 10 dB under the
+    speech: by level alone they are the floor (that rule cut this sentence in three), but
+    Silero is sure of them, so the sentence is one segment."""
+    pcm = phrase_audio("ich möchte einen tisch für zwei personen", 8000, voice="espeak:de")
+    before, speech, after = line(pcm.tobytes(), 8000, "white", 10, before_s=1.0, after_s=2.0)
+
+    floor = await asyncio.wait_for(stop_and_starts(before + speech + after, 3.0), HANG_GUARD_S)
+
+    assert [state for _, state in floor] == [VADState.SPEAKING, VADState.QUIET]
+
+
+async def test_with_people_talking_behind_the_caller_the_floor_leaves_the_talker_gate_alone() -> (
+    None
+):
+    """On babble a dip of the talkers is no floor: the talker gate decides alone."""
+    pcm = phrase_audio(QUESTION, 8000, voice="piper")
+    before, speech, after = line(pcm.tobytes(), 8000, "babble", 10, before_s=1.0, after_s=2.0)
+    audio = before + speech + after
+
+    floor = await asyncio.wait_for(stop_and_starts(audio, 3.0), HANG_GUARD_S)
+
+    assert floor == await asyncio.wait_for(stop_and_starts(audio, None), HANG_GUARD_S)
+    assert VADState.QUIET in [state for _, state in floor]
