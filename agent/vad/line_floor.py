@@ -1,9 +1,10 @@
 """Hear the caller stop where their speech falls to the line's own noise, not where Silero's
 confidence has decayed.
 
-Silero's confidence lingers after the last word: on the extended set's phone calls the VAD
-reported the end of speech (its stop less ``stop_secs``) 0.05-0.09 s after the words ended on a
-clean line, and 0.13-0.17 s after (at most 0.38 s) with white noise 10 dB under the speech. The
+Silero's confidence lingers after the last word: on the extended set's phone lines the VAD
+reported the end of speech (its stop less ``stop_secs``) 62-86 ms after the words ended on a
+clean line (p50 per language), and 83-184 ms after (at most 291 ms) with white noise 10 dB under
+the speech (``bench/results/vad_stop.md``). The
 STT commits the segment at that stop, so every turn's final transcript, and its answer, came
 that much later on a hissing line: a steady noise floor held the turn open.
 
