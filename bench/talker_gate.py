@@ -25,6 +25,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from pipecat.audio.vad.vad_analyzer import VADState
 from agent.config import TurnSettings
 from agent.vad.batcher import SileroBatcher
 from bench import machine
+from bench.report import publish
 from pipelines.services import caller_vad
 from tests.fakes.line_noise import Noise, line
 from tests.fakes.paused_speech import Utterance, extended
@@ -143,9 +145,14 @@ async def run(margin_db: float) -> list[str]:
     return lines + equal_rows
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--margin", type=float, default=TurnSettings().vad_foreground_db or 6.0)
+def measure(
+    argv: list[str], doc: str, default_margin: float, run: Callable[[float], Awaitable[list[str]]]
+) -> tuple[argparse.Namespace, list[str], float]:
+    """What the offline VAD benches share: their arguments (``--margin``, ``--output``,
+    ``--no-write``), the set synthesized before the clock starts, and ``run(margin)``'s table
+    rows with the minutes it took."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--margin", type=float, default=default_margin)
     parser.add_argument("--output", type=Path, help="where to write the table")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -153,25 +160,27 @@ def main(argv: list[str]) -> int:
         utterance.audio(RATE)  # synthesize the set first
     started = time.monotonic()
     rows = asyncio.run(run(args.margin))
+    return args, rows, (time.monotonic() - started) / 60
+
+
+def main(argv: list[str]) -> int:
+    args, rows, minutes = measure(argv, __doc__ or "", TurnSettings().vad_foreground_db or 6.0, run)
     report = "\n".join(
         [
             "# The talker gate, offline: the product's VAD on the extended set's phone lines",
             "",
             f"`python -m bench.talker_gate`, {time.strftime('%Y-%m-%d')}, {machine.describe()}, "
-            f"{(time.monotonic() - started) / 60:.1f} min. {len(extended())} utterances (en, "
+            f"{minutes:.1f} min. {len(extended())} utterances (en, "
             "de, fr, es), each on a phone line with 0.6 s of it before the caller and 3 s "
             "after. The VAD hears the end: a stop within "
             f"{HEARD_WITHIN_S:g} s of the true end and no start on the talkers in the "
             f"{QUIET_AFTER_S:g} s after it.",
             "",
             *rows,
+            "",
         ]
     )
-    print(report)
-    if not args.no_write:
-        output = args.output or RESULTS_MD
-        output.write_text(report + "\n")
-        print(f"written to {output}", file=sys.stderr)
+    publish(report, None if args.no_write else (args.output or RESULTS_MD))
     return 0
 
 

@@ -18,8 +18,6 @@ English, German, French and Spanish) is put on a phone line as ``bench/talker_ga
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import statistics
 import sys
 import time
@@ -31,7 +29,7 @@ from pipecat.audio.vad.vad_analyzer import VADState
 from agent.config import TurnSettings
 from bench import machine
 from bench.report import publish
-from bench.talker_gate import BEFORE_S, CHUNK, RATE, phone_line, vad_states
+from bench.talker_gate import BEFORE_S, CHUNK, RATE, measure, phone_line, vad_states
 from tests.fakes.line_noise import Noise
 from tests.fakes.paused_speech import extended
 from tests.fakes.speech import heard_changes
@@ -107,21 +105,15 @@ async def run(margin_db: float) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--margin", type=float, default=TurnSettings().vad_floor_margin_db or 3.0)
-    parser.add_argument("--output", type=Path, help="where to write the table")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
-    for utterance in extended():
-        utterance.audio(RATE)  # synthesize the set first
-    started = time.monotonic()
-    rows = asyncio.run(run(args.margin))
+    args, rows, minutes = measure(
+        argv, __doc__ or "", TurnSettings().vad_floor_margin_db or 3.0, run
+    )
     report = "\n".join(
         [
             "# Where the VAD hears the caller stop: the line's floor off and on",
             "",
             f"`python -m bench.vad_stop`, {time.strftime('%Y-%m-%d %H:%M')}, "
-            f"{machine.describe()}, {(time.monotonic() - started) / 60:.1f} min. "
+            f"{machine.describe()}, {minutes:.1f} min. "
             f"{len(extended())} utterances (en, de, fr, es) on phone lines (8 kHz μ-law), the "
             "product's VAD (the talker gate on). The end of speech as the VAD reports it is its "
             "last stop less `turn.vad_stop_secs`: the stop strategy's waits count from it, and "

@@ -58,7 +58,7 @@ from agent.vad.batcher import (
     shared_batcher,
     silero_session,
 )
-from agent.vad.foreground import ForegroundTalker
+from agent.vad.foreground import ForegroundTalker, window_power
 from agent.vad.line_floor import LineFloor
 
 # The same reset rule as pipecat.audio.vad.silero (see its comments for the reasoning): after
@@ -204,9 +204,11 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         self._prev_volume = self._get_smoothed_volume(window)
         voiced = bool(confidence >= self._params.confidence)
         speech = voiced and self._prev_volume >= self._params.min_volume
+        needs_power = self._foreground is not None or self._floor is not None
+        power = window_power(window) if needs_power else 0.0
         if self._foreground is not None:
             speech = self._foreground.is_caller(
-                window,
+                power,
                 confidence=float(confidence),
                 voiced=voiced,
                 speech=speech,
@@ -215,7 +217,7 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         if self._floor is not None:
             # Only inside the caller's speech: a start is never helped or hindered.
             in_speech = self._vad_state in (VADState.SPEAKING, VADState.STOPPING)
-            if self._floor.is_quiet(window, float(confidence), in_speech=in_speech) and in_speech:
+            if self._floor.is_quiet(power, float(confidence), in_speech=in_speech) and in_speech:
                 speech = False
         self._step(speech)
         self._settle()

@@ -106,24 +106,23 @@ class ForegroundTalker:
 
     def is_caller(
         self,
-        window: bytes,
+        power: float,
         *,
         confidence: float,
         voiced: bool,
         speech: bool,
         between_turns: bool,
     ) -> bool:
-        """Whether a window (PCM16) is the caller's speech. Pass every window: the line's levels
-        are learned from all of them.
+        """Whether a window is the caller's speech. Pass every window: the line's levels are
+        learned from all of them.
 
         Args:
-            window: The window's samples.
+            power: The window's mean power (:func:`window_power`).
             confidence: Silero's speech probability for it.
             voiced: Silero calls it someone's speech (its confidence alone).
             speech: The VAD's own test passes (voiced, and loud enough).
             between_turns: The VAD is not in a segment of the caller's speech.
         """
-        power = window_power(window)
         self._power = (
             power if self._power is None else self._power + self._smooth * (power - self._power)
         )

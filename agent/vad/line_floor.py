@@ -29,9 +29,7 @@ VAD's sensitivity to short words stays as measured.
 
 from __future__ import annotations
 
-import math
-
-from agent.vad.foreground import NO_VOICE, window_power
+from agent.vad.foreground import NO_VOICE
 
 UNSURE = 0.9
 """Silero's confidence under which a window at the floor is quiet. Inside words it stays over
@@ -60,7 +58,7 @@ class LineFloor:
         """
         if margin_db <= 0:
             raise ValueError(f"margin_db must be positive, not {margin_db}")
-        self._margin = margin_db
+        self._margin_factor = 10.0 ** (margin_db / 10.0)
         self._floor_windows = max(1, round(FLOOR_S / window_s))
         self._steady_windows = max(1, round(STEADY_S / window_s))
         self._floor_power = 0.0
@@ -68,16 +66,11 @@ class LineFloor:
         self._background = 0  # windows outside the caller's speech heard so far
         self._voiceless_share = 0.0  # of the background: silence or hiss, not talkers
 
-    @property
-    def floor_db(self) -> float | None:
-        """The floor learned so far (dB relative to full scale), ``None`` before any."""
-        return 10.0 * math.log10(self._floor_power + 1e-10) if self._voiceless else None
-
-    def is_quiet(self, window: bytes, confidence: float, *, in_speech: bool) -> bool:
-        """Whether a window (PCM16) is quiet though Silero may call it speech: at the floor of
-        a line whose background is steady, and not surely speech. Pass every window, with
-        whether the caller's speech is under way: the floor is learned from them."""
-        power = window_power(window)
+    def is_quiet(self, power: float, confidence: float, *, in_speech: bool) -> bool:
+        """Whether a window of mean power ``power`` (:func:`~agent.vad.foreground.window_power`)
+        is quiet though Silero may call it speech: at the floor of a line whose background is
+        steady, and not surely speech. Pass every window, with whether the caller's speech is
+        under way: the floor is learned from them."""
         voiceless = confidence < NO_VOICE
         if voiceless:
             self._voiceless += 1
@@ -87,10 +80,10 @@ class LineFloor:
             self._background += 1
             rate = 1.0 / min(self._background, self._steady_windows)
             self._voiceless_share += rate * (voiceless - self._voiceless_share)
-        floor_db = self.floor_db
         return (
-            floor_db is not None
+            self._voiceless > 0
             and self._voiceless_share >= STEADY_SHARE
             and confidence < UNSURE
-            and 10.0 * math.log10(power + 1e-10) < floor_db + self._margin
+            # within margin_db of the floor, compared in power (no logarithm per window)
+            and power + 1e-10 < (self._floor_power + 1e-10) * self._margin_factor
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.vad.foreground import ForegroundTalker
+from agent.vad.foreground import ForegroundTalker, window_power
 
 WINDOW_S = 0.032
 SAMPLES = 256  # 32 ms at 8 kHz
@@ -42,7 +42,7 @@ def feed(
     score = (0.9 if voiced else 0.0) if confidence is None else confidence
     return [
         gate.is_caller(
-            window(db, seed=i),
+            window_power(window(db, seed=i)),
             confidence=score,
             voiced=voiced,
             speech=voiced and loud,
