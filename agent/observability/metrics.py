@@ -22,7 +22,7 @@ Names (all seconds are measured from the end of the user's speech, see
     voice_agent_false_ends_merged_total     counter: turns taken back unheard, merged with
                                             the words that followed
     voice_agent_smart_turn_inferences_total counter: Smart Turn verdicts the process's shared
-                                            model gave (all calls; ~50 ms of a core each)
+                                            model gave (all calls; 50-110 ms of a core each)
 """
 
 from __future__ import annotations

@@ -434,7 +434,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         interim: a short word such as "Stop." is often decoded only after the VAD stop; the
         verdict then runs beside the recognizer, so a slow final does not also wait for it).
         Anything else waits ``unfinished_wait_s`` whatever the model says, so it is not asked
-        (a verdict costs ~50 ms of a core)."""
+        (a verdict costs 50-110 ms of a core)."""
         if self._analyzer is None or self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if not self._interim.strip():

@@ -7,8 +7,8 @@ thread of its own per call: ~48 MB of RAM per call in ``bench/capacity.py``. The
 batch (``input_features [B, 80, 800]`` → ``logits [B, 1]``, sigmoid probabilities) and rows never
 mix, so one session serves every call.
 
-What batching buys here is the session and the thread, not CPU: one verdict costs ~50 ms of a
-core at B=1 and about the same or more per row at B=2-16 on this machine kind (the model is
+What batching buys here is the session and the thread, not CPU: one verdict costs 50-110 ms of a
+core at B=1 by machine and about the same or more per row at B=2-16 (the model is
 compute bound, unlike Silero), and a run needs ~19 MB of working memory per row. So a batch is
 small (``max_batch`` 4) and never waits long: a verdict asked while the model is idle
 runs at the end of the current event-loop pass (or after ``max_delay_s`` when verdicts are
