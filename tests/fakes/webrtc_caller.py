@@ -15,6 +15,8 @@ import httpx
 import numpy as np
 from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 
+from agent.fastpath.audio_jitter import release_audio_promptly
+
 CLIENT_RATE = 48_000
 FRAME_SAMPLES = CLIENT_RATE // 50  # 20 ms
 
@@ -158,6 +160,10 @@ class WebRTCClient:
             await self.pc.setRemoteDescription(
                 RTCSessionDescription(sdp=answer["sdp"], type=answer["type"])
             )
+            # The bot's audio counts when it arrives, as a phone caller's media frame does:
+            # aiortc's receiver would hold each frame until four more came (80 ms), a playout
+            # cushion the phone leg's measure has none of.
+            release_audio_promptly(self.pc)
         return response
 
     def rtvi(self, kind: str) -> list[dict[str, Any]]:
