@@ -145,12 +145,20 @@ async def run(margin_db: float) -> list[str]:
     return lines + equal_rows
 
 
-def measure(
-    argv: list[str], doc: str, default_margin: float, run: Callable[[float], Awaitable[list[str]]]
-) -> tuple[argparse.Namespace, list[str], float]:
+def offline_vad_bench(
+    argv: list[str],
+    *,
+    doc: str,
+    default_margin: float,
+    run: Callable[[float], Awaitable[list[str]]],
+    title: str,
+    summary: Callable[[float], str],
+    results_md: Path,
+) -> int:
     """What the offline VAD benches share: their arguments (``--margin``, ``--output``,
-    ``--no-write``), the set synthesized before the clock starts, and ``run(margin)``'s table
-    rows with the minutes it took."""
+    ``--no-write``), the set synthesized before the clock starts, ``run(margin)``'s table rows,
+    and the report (``title``, then ``summary(minutes taken)``, then the rows) printed and
+    written to ``results_md`` or ``--output``."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--margin", type=float, default=default_margin)
     parser.add_argument("--output", type=Path, help="where to write the table")
@@ -160,28 +168,28 @@ def measure(
         utterance.audio(RATE)  # synthesize the set first
     started = time.monotonic()
     rows = asyncio.run(run(args.margin))
-    return args, rows, (time.monotonic() - started) / 60
+    report = "\n".join([title, "", summary((time.monotonic() - started) / 60), "", *rows, ""])
+    publish(report, None if args.no_write else (args.output or results_md))
+    return 0
 
 
 def main(argv: list[str]) -> int:
-    args, rows, minutes = measure(argv, __doc__ or "", TurnSettings().vad_foreground_db or 6.0, run)
-    report = "\n".join(
-        [
-            "# The talker gate, offline: the product's VAD on the extended set's phone lines",
-            "",
+    return offline_vad_bench(
+        argv,
+        doc=__doc__ or "",
+        default_margin=TurnSettings().vad_foreground_db or 6.0,
+        run=run,
+        title="# The talker gate, offline: the product's VAD on the extended set's phone lines",
+        summary=lambda minutes: (
             f"`python -m bench.talker_gate`, {time.strftime('%Y-%m-%d')}, {machine.describe()}, "
             f"{minutes:.1f} min. {len(extended())} utterances (en, "
             "de, fr, es), each on a phone line with 0.6 s of it before the caller and 3 s "
             "after. The VAD hears the end: a stop within "
             f"{HEARD_WITHIN_S:g} s of the true end and no start on the talkers in the "
-            f"{QUIET_AFTER_S:g} s after it.",
-            "",
-            *rows,
-            "",
-        ]
+            f"{QUIET_AFTER_S:g} s after it."
+        ),
+        results_md=RESULTS_MD,
     )
-    publish(report, None if args.no_write else (args.output or RESULTS_MD))
-    return 0
 
 
 if __name__ == "__main__":

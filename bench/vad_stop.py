@@ -28,8 +28,7 @@ from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent.config import TurnSettings
 from bench import machine
-from bench.report import publish
-from bench.talker_gate import BEFORE_S, CHUNK, RATE, measure, phone_line, vad_states
+from bench.talker_gate import BEFORE_S, CHUNK, RATE, offline_vad_bench, phone_line, vad_states
 from tests.fakes.line_noise import Noise
 from tests.fakes.paused_speech import extended
 from tests.fakes.speech import heard_changes
@@ -105,26 +104,22 @@ async def run(margin_db: float) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    args, rows, minutes = measure(
-        argv, __doc__ or "", TurnSettings().vad_floor_margin_db or 3.0, run
-    )
-    report = "\n".join(
-        [
-            "# Where the VAD hears the caller stop: the line's floor off and on",
-            "",
+    return offline_vad_bench(
+        argv,
+        doc=__doc__ or "",
+        default_margin=TurnSettings().vad_floor_margin_db or 3.0,
+        run=run,
+        title="# Where the VAD hears the caller stop: the line's floor off and on",
+        summary=lambda minutes: (
             f"`python -m bench.vad_stop`, {time.strftime('%Y-%m-%d %H:%M')}, "
             f"{machine.describe()}, {minutes:.1f} min. "
             f"{len(extended())} utterances (en, de, fr, es) on phone lines (8 kHz μ-law), the "
             "product's VAD (the talker gate on). The end of speech as the VAD reports it is its "
             "last stop less `turn.vad_stop_secs`: the stop strategy's waits count from it, and "
-            "the STT commits the segment at the stop.",
-            "",
-            *rows,
-            "",
-        ]
+            "the STT commits the segment at the stop."
+        ),
+        results_md=RESULTS_MD,
     )
-    publish(report, None if args.no_write else (args.output or RESULTS_MD))
-    return 0
 
 
 if __name__ == "__main__":
