@@ -449,6 +449,13 @@ class TurnSettings(_Section):
         "text_end_wait_s also when Smart Turn hears it unfinished, unless the model's p(end) "
         "is below text_end_p (one word or a question mark needs no model).",
     )
+    model_over_audio: bool = Field(
+        default=True,
+        description="text_model: a turn whose words do not ask (a statement, a request in a "
+        "language the words rule does not know) ends after text_end_wait_s also when Smart "
+        "Turn hears it unfinished, if the model's p(end) is at least text_end_p; off: the "
+        "bound (unfinished_wait_s). See README, 'The model over audio'.",
+    )
     paused_turns_wait: bool = Field(
         default=True,
         description="'adaptive': a turn in which the caller already hesitated (paused after "

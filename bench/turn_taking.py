@@ -84,6 +84,7 @@ _ADAPTIVE = {
     "text_end_p": 1.01,  # statements on the model's wait: only where a configuration says so
     "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
     "paused_turns_wait": False,  # and so a turn with a pause in it
+    "model_over_audio": False,  # and so turns the text model reads finished against it
     "vad_floor_margin_db": 0,  # and so the VAD's stop at the line's noise floor
 }
 
@@ -197,6 +198,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
     ),
     "+ that, and the VAD hears the caller stop at the line's noise floor": _models_wait(
         0.02, 0.8, words_over_audio=True, paused_turns_wait=True, vad_floor_margin_db=3.0
+    ),
+    "+ that, and a turn the text model reads finished ends on its wait when Smart Turn hears "
+    "it unfinished": _models_wait(
+        0.02,
+        0.8,
+        words_over_audio=True,
+        paused_turns_wait=True,
+        vad_floor_margin_db=3.0,
+        model_over_audio=True,
     ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,

@@ -217,6 +217,7 @@ def _user_params(
             text_veto_min_words=turn.text_veto_min_words,
             answer_ahead=turn.answer_ahead,
             words_over_audio=turn.words_over_audio,
+            model_over_audio=turn.model_over_audio,
             paused_turns_wait=turn.paused_turns_wait,
             context=context,
         )

@@ -37,6 +37,10 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   hears the pause unfinished, unless the model holds them: Smart Turn misses some short turns
   on noisy lines and in voices unlike its training ("stop" 0.14 on white noise at 20 dB,
   French "quelle heure est il" 0.04, Spanish "sí" 0.16), which otherwise waited for the bound.
+  With ``model_over_audio``, so do words that do not ask when the model reads them finished
+  (a statement, a request in a language the words rule does not know): Smart Turn hears some
+  of them unfinished by WebRTC (French "Rappelez moi demain matin"), where the bound was the
+  wait; a fragment the model reads going on still waits for it.
 - With ``paused_turns_wait``, a turn in which the caller has already hesitated (paused after
   a filler or a connective, or after a segment with no words) does not end on the short wait
   either, but on that middle wait: whoever hesitated once in a turn may again, and "um...
@@ -199,6 +203,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         text_veto_min_words: int = VETO_MIN_WORDS,
         answer_ahead: bool = False,
         words_over_audio: bool = False,
+        model_over_audio: bool = False,
         paused_turns_wait: bool = False,
         context: Callable[[], Conversation] | None = None,
         **kwargs: object,
@@ -235,6 +240,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 ends after ``text_end_wait_s`` also when Smart Turn hears it unfinished,
                 unless the model holds it (p(end) below ``text_end_p``; a turn the veto does
                 not read, one word or a question mark, needs no model).
+            model_over_audio: With ``text_model``, a turn whose words do not ask ends after
+                ``text_end_wait_s`` also when Smart Turn hears it unfinished, if the model
+                reads it finished (p(end) at least ``text_end_p``, not on an unfinished word).
             paused_turns_wait: A turn the caller hesitated in before its last words (a
                 pause after words that stop unfinished, or after a segment with no words) that
                 would end on the short wait ends after ``text_end_wait_s`` instead.
@@ -275,6 +283,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._veto_min_words = text_veto_min_words
         self._answer_ahead = answer_ahead
         self._words_over_audio = words_over_audio
+        self._model_over_audio = model_over_audio
         self._paused_turns_wait = paused_turns_wait
         self._segment_words: list[str] = []  # this turn's segments' transcripts so far
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
@@ -488,8 +497,10 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         Turn's verdict, the words as the tie-breaker, the words alone without Smart Turn),
         ``"finished"`` (``text_end_wait_s``: Smart Turn and the text model call a turn whose
         words do not ask finished; with ``words_over_audio``, also words that ask which Smart
-        Turn hears unfinished and the model does not hold; with ``paused_turns_wait``, a
-        complete turn the caller hesitated in) or ``"waited"`` (the upper bound)."""
+        Turn hears unfinished and the model does not hold; with ``model_over_audio``, words
+        that do not ask which Smart Turn hears unfinished and the model reads finished; with
+        ``paused_turns_wait``, a complete turn the caller hesitated in) or ``"waited"`` (the
+        upper bound)."""
         ending = self._ending_by_signals()
         return "finished" if ending == "complete" and self._paused_in_turn() else ending
 
@@ -527,19 +538,29 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._text, self._veto_min_words
             )
             return "waited" if vetoed else "complete"
-        finished = p >= self._text_end_p and not ends_unfinished(self._text)
-        return "finished" if finished else "waited"
+        return "finished" if self._model_reads_finished() else "waited"
 
     def _words_outweigh_audio(self) -> bool:
-        """``words_over_audio``: Smart Turn hears this pause unfinished, but the words ask for
-        an answer and the model does not hold them."""
-        if not (self._words_over_audio and self._text_model is not None):
+        """Smart Turn hears this pause unfinished, but with ``words_over_audio`` the words ask
+        for an answer and the model does not hold them, or with ``model_over_audio`` the
+        words do not ask and the model reads them finished."""
+        if self._text_model is None or self._verdict != EndOfTurnState.INCOMPLETE:
             return False
-        if self._verdict != EndOfTurnState.INCOMPLETE or not asks_for_answer(self._text):
+        if not asks_for_answer(self._text):
+            return self._model_over_audio and self._model_reads_finished()
+        if not self._words_over_audio:
             return False
         if beyond_the_veto(self._text, self._veto_min_words):
             return True
         return self._p_end is not None and self._p_end >= self._text_end_p
+
+    def _model_reads_finished(self) -> bool:
+        """The text model's p(end) calls words that do not ask a finished sentence."""
+        return (
+            self._p_end is not None
+            and self._p_end >= self._text_end_p
+            and not ends_unfinished(self._text)
+        )
 
     def _wait_s(self, ending: Ending) -> float:
         """The quiet after the end of speech before a turn that ends this way ends."""
@@ -554,12 +575,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return False
         if self._verdict not in (None, EndOfTurnState.COMPLETE) and not self._verdict_due:
             # Smart Turn heard this pause as unfinished: the model can change that only for
-            # words that ask (``words_over_audio``)
-            return (
-                self._words_over_audio
-                and asks_for_answer(self._text)
-                and not beyond_the_veto(self._text, self._veto_min_words)
-            )
+            # words that ask (``words_over_audio``) or, with ``model_over_audio``, for others
+            if not asks_for_answer(self._text):
+                return (
+                    self._model_over_audio
+                    and self._text_end_p <= 1
+                    and not ends_unfinished(self._text)
+                )
+            return self._words_over_audio and not beyond_the_veto(self._text, self._veto_min_words)
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):

@@ -398,6 +398,7 @@ def test_the_default_profile_asks_its_local_llm_about_the_end_of_turn() -> None:
     assert default.turn.text_unfinished_p == 0.02
     assert (default.turn.text_end_p, default.turn.text_end_wait_s) == (0.1, 0.8)
     assert default.turn.answer_ahead and default.turn.words_over_audio
+    assert default.turn.model_over_audio
     assert default.turn.paused_turns_wait
     assert text_end_of_turn(load_settings("default", overrides={"llm": {"kind": "echo"}})) is None
     off = load_settings("default", overrides={"turn": {"text_model": False}})

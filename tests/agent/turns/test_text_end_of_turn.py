@@ -526,6 +526,58 @@ async def test_words_that_ask_end_on_the_models_wait_when_smart_turn_hears_them_
     assert waited - 0.02 < turn.after_speech() < waited + 0.25
 
 
+@pytest.mark.parametrize(
+    ("words", "model_over_audio", "ending"),
+    [
+        pytest.param(
+            "I would like to book a table for two people.",
+            True,
+            "finished",
+            id="a statement the model reads finished",
+        ),
+        pytest.param("Rappelez moi demain matin.", True, "finished", id="a request in French"),
+        pytest.param(
+            "I would like to book a table for.",
+            True,
+            "waited",
+            id="it stops on a preposition: the bound",
+        ),
+        pytest.param(
+            "I would like to book a table for two people.",
+            False,
+            "waited",
+            id="a statement, Smart Turn decides",
+        ),
+    ],
+)
+async def test_a_turn_the_model_reads_finished_ends_on_its_wait_when_smart_turn_hears_it_unfinished(
+    make: Any,
+    recording: tuple[str, list[dict[str, Any]]],
+    words: str,
+    model_over_audio: bool,
+    ending: str,
+) -> None:
+    """Smart Turn hears some finished statements and requests unfinished by WebRTC (French
+    "Rappelez moi demain matin", 2026-12-06), which then waited for the bound. With
+    ``model_over_audio``, words the text model reads finished (here it reads every sentence
+    as ending, p 1.0) end on its wait instead, unless they stop on an unfinished word."""
+    url, _ = recording
+    bound_s = WAIT_S + 0.6
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.INCOMPLETE),
+        unfinished_wait_s=bound_s,
+        text_model=TextEndOfTurn(url, "m", timeout_s=1.0),
+        text_end_p=0.5,
+        text_end_wait_s=MODELS_WAIT_S,
+        model_over_audio=model_over_audio,
+    )
+    await turn.speak()
+    await turn.pause(words)
+    await turn.until_ended(within_s=bound_s + 0.5)
+    waited = {"finished": MODELS_WAIT_S, "waited": bound_s}[ending]
+    assert waited - 0.02 < turn.after_speech() < waited + 0.25
+
+
 async def test_speech_within_the_models_wait_keeps_the_turn_open(
     make: Any, recording: tuple[str, list[dict[str, Any]]]
 ) -> None:

@@ -197,6 +197,7 @@ def run(
     smart_turn: ScriptedTurnAnalyzer | None,
     text_model: ScriptedTextModel | None = None,
     words_over_audio: bool = False,
+    model_over_audio: bool = False,
 ) -> dict[str, Any]:
     loop = VirtualTimeLoop()
     original = adaptive_stop.time
@@ -211,6 +212,7 @@ def run(
                 "text_unfinished_p": DEFAULT.text_unfinished_p,
                 "answer_ahead": True,
                 "words_over_audio": words_over_audio,
+                "model_over_audio": model_over_audio,
                 "paused_turns_wait": DEFAULT.paused_turns_wait,
             }
         strategy = AdaptiveUserTurnStopStrategy(
@@ -267,25 +269,31 @@ REQUEST = "can you tell me the opening hours."
 """Words that ask by their order alone: the veto reads them."""
 STATEMENT = "i would like a table for two people."
 """Words that ask for nothing: the model's wait, if it calls them finished."""
+OverAudio = tuple[bool, bool]
+"""``words_over_audio`` and ``model_over_audio``: what may end a turn Smart Turn hears
+unfinished on the model's wait."""
 
 
 def expected_ending(
-    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool, paused: bool
+    heard: str, verdict: EndOfTurnState, p: float | None, over_audio: OverAudio, paused: bool
 ) -> Ending:
     """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
     then the model's p(end) where it may change the outcome, and a turn the caller hesitated
     in (``paused``) never on the short wait (the strategy's docstring)."""
-    ending = ending_by_signals(heard, verdict, p, words_over_audio)
+    ending = ending_by_signals(heard, verdict, p, over_audio)
     return "finished" if ending == "complete" and paused else ending
 
 
 def ending_by_signals(
-    heard: str, verdict: EndOfTurnState, p: float | None, words_over_audio: bool
+    heard: str, verdict: EndOfTurnState, p: float | None, over_audio: OverAudio
 ) -> Ending:
+    words_over_audio, model_over_audio = over_audio
     if verdict != EndOfTurnState.COMPLETE:
         if words_over_audio and heard.endswith(QUESTION):
             return "finished"  # a question mark: the words need no model
         finished = p is not None and p >= DEFAULT.text_end_p
+        if heard.endswith(STATEMENT):
+            return "finished" if model_over_audio and finished else "waited"
         return "finished" if words_over_audio and heard.endswith(REQUEST) and finished else "waited"
     if heard.endswith(QUESTION):
         return "complete"
@@ -305,12 +313,14 @@ def ending_by_signals(
     ids=["question", "request", "statement"],
 )
 @pytest.mark.parametrize(
-    "words_over_audio", [False, True], ids=["Smart Turn decides", "words that ask over it"]
+    "over_audio",
+    [(False, False), (True, False), (True, True)],
+    ids=["Smart Turn decides", "words that ask over it", "and the model's finished too"],
 )
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
-    ending: str, answers: list[float | None], words_over_audio: bool, data: st.DataObject
+    ending: str, answers: list[float | None], over_audio: OverAudio, data: st.DataObject
 ) -> None:
     """The model answers p(end) on the turn's whole words (0 on fragments) some time after it
     is asked; ``None`` is a model that gave no opinion. Whatever the order in which the
@@ -324,7 +334,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     p = data.draw(st.sampled_from(answers), "p(end)")
     model_s = data.draw(st.floats(0.0, 0.4), "the model's time")
     model = ScriptedTextModel(lambda text: p if text.endswith(ending) else 0.0, model_s)
-    seen = run(segments, smart_turn, model, words_over_audio)
+    seen = run(segments, smart_turn, model, *over_audio)
     assert seen["fallbacks"] == 0, "Pipecat's fallback ended the turn"
     assert len(seen["ends"]) == 1, f"{len(seen['ends'])} turn ends: {seen['messages']}"
     assert seen["messages"] == [seen["heard"]]
@@ -337,7 +347,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     paused = DEFAULT.paused_turns_wait and any(
         segment.empty or segment.words in HESITATIONS for segment in segments[:-1]
     )
-    ending = expected_ending(seen["heard"], smart_turn.state, p, words_over_audio, paused)
+    ending = expected_ending(seen["heard"], smart_turn.state, p, over_audio, paused)
     wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
     assert ended >= speech_end + wait_s - SLACK_S, (
         f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
