@@ -324,7 +324,15 @@ class TurnSettings(_Section):
         lt=1,
         description="The volume a window needs, 0-1 over -110..-10 LUFS (Pipecat: 0.6).",
     )
-    vad_stop_secs: float = Field(default=0.2, gt=0, le=2)
+    vad_stop_secs: float = Field(
+        default=0.2,
+        gt=0,
+        le=2,
+        description="Quiet before the VAD reports the end of speech; the STT commits the "
+        "segment then, so a final comes sooner with less. Smart Turn is asked on 0.2 s of "
+        "quiet whatever this is. See bench/results/turn_taking_multilingual.md, 'A shorter "
+        "VAD wait'.",
+    )
     vad_foreground_db: float = Field(
         default=6.0,
         ge=0,

@@ -85,8 +85,10 @@ Smart Turn gets the caller's audio at the pipeline's rate (a phone call's 8 kHz 
 to the model's 16 kHz). It is asked only at a pause where its verdict may decide something:
 at the VAD stop, unless the interim transcript already shows words that cannot end on the short
 wait (a statement, a fragment); the model then runs (on the process's shared model thread)
-while the recognizer finishes. When the interim ruled it out but the final transcript makes
-the turn complete, it is asked then, and that turn waits for it.
+while the recognizer finishes. It always hears :data:`SMART_TURN_QUIET_S` of quiet after the
+words: with a shorter VAD wait it is asked once that much of the caller's audio has come.
+When the interim ruled it out but the final transcript makes the turn complete, it is asked
+then, and that turn waits for it.
 """
 
 from __future__ import annotations
@@ -135,6 +137,14 @@ STT's own ``final_timeout_s``: the turn waits as long as the STT still expects t
 MAX_AUDIO_LAG_S = 1.0
 """How far past its deadline the audio may hold a turn open (audio read late, or a sound the
 VAD did not call speech) before the clock alone decides: the bound's own margin."""
+
+SMART_TURN_QUIET_S = 0.2
+"""The quiet after the words Smart Turn is asked on, whatever the VAD's wait
+(``vad_stop_secs``): Pipecat pairs Smart Turn v3 with a 0.2 s VAD stop, and its verdict moves
+with tens of milliseconds of quiet (by WebRTC, a 0.15 s and a 0.12 s VAD wait sent an English
+question to the middle wait: ``bench/results/turn_taking_multilingual.md``, "A shorter VAD
+wait"). With a shorter VAD wait, the STT commits sooner and Smart Turn is asked once this much
+of the caller's audio after the end of speech has come."""
 
 SOUND_RATIO = 0.25
 """A frame at least this loud, relative to the caller's speech so far (-12 dB), is not quiet.
@@ -311,6 +321,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict: EndOfTurnState | None = None
         self._verdict_due = False  # Smart Turn is judging the latest pause
         self._verdict_task: asyncio.Task[None] | None = None
+        self._quiet_before_verdict_s: float | None = None  # audio still due before asking
         # One task sleeps until the turn's deadline and looks again whenever something that
         # decides it changes (``_changed``): frames arrive on two paths (system frames such
         # as the VAD's overtake transcripts), so the deadline is always computed afresh from
@@ -368,6 +379,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._analyzer is not None:
                 self._analyzer.append_audio(frame.audio, self._speaking)
             self._measure(frame)
+            if self._quiet_before_verdict_s is not None:
+                self._quiet_before_verdict_s -= _seconds(frame)
+                if self._quiet_before_verdict_s <= 0:
+                    self._quiet_before_verdict_s = None
+                    await self._ask_analyzer()
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             if self._analyzer is not None:  # how much audio before the report is speech
                 self._analyzer.update_vad_start_secs(frame.start_secs)
@@ -379,6 +395,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._interim = ""  # a new segment: its words are not known yet
             self._speech_ended_at = self._quiet_heard_s = None
             self._verdict, self._verdict_due = None, False
+            self._quiet_before_verdict_s = None
             self._prime_text_model()
             self._schedule()
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
@@ -386,7 +403,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._speech_ended_at = frame.timestamp - frame.stop_secs
             self._quiet_heard_s = frame.stop_secs if self._audio_flows else None
             if self._verdict_would_decide():
-                await self._ask_analyzer()
+                await self._ask_analyzer_after_quiet(frame.stop_secs)
             self._schedule()
         elif isinstance(frame, TranscriptionFrame):
             self._interim = ""
@@ -416,7 +433,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if pcm.size == 0:
             return
         rms = float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2)))
-        seconds = pcm.size / max(frame.num_channels, 1) / frame.sample_rate
+        seconds = _seconds(frame)
         if self._speaking:
             self._speech_rms = rms if self._speech_rms == 0 else 0.9 * self._speech_rms + 0.1 * rms
             return
@@ -470,6 +487,16 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._words_allow_short_wait(text):
             return True
         return self._text_model is not None and self._text_end_p <= 1 and not ends_unfinished(text)
+
+    async def _ask_analyzer_after_quiet(self, heard_s: float) -> None:
+        """Ask Smart Turn now if it has heard :data:`SMART_TURN_QUIET_S` after the words
+        (``heard_s`` so far), else once the caller's audio brings the rest; the turn waits for
+        the verdict meanwhile. Without the caller's audio, now."""
+        if not self._audio_flows or heard_s >= SMART_TURN_QUIET_S:
+            await self._ask_analyzer()
+            return
+        self._verdict_due = True
+        self._quiet_before_verdict_s = SMART_TURN_QUIET_S - heard_s
 
     async def _ask_analyzer(self) -> None:
         """Have Smart Turn judge this pause off the event loop, while the recognizer finishes."""
@@ -737,3 +764,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if missing <= 0.005 or time.time() >= at + MAX_AUDIO_LAG_S:
             return 0.0
         return min(0.02, missing)
+
+
+def _seconds(frame: InputAudioRawFrame) -> float:
+    """How long ``frame``'s audio lasts (PCM16)."""
+    return len(frame.audio) / 2 / max(frame.num_channels, 1) / frame.sample_rate

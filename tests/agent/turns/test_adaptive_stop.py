@@ -286,6 +286,51 @@ async def test_a_question_also_needs_smart_turns_agreement(make: Any) -> None:
     assert turn.after_speech() < STOP_SECS + 0.1
 
 
+async def test_smart_turn_hears_the_same_quiet_after_the_words_whatever_the_vads_wait(
+    make: Any,
+) -> None:
+    """Smart Turn's verdict moves with tens of milliseconds of quiet after the words, so a VAD
+    that stops sooner (``vad_stop_secs`` 0.1 s, for a sooner final) does not ask it sooner: it
+    is asked once 0.2 s of the caller's audio after the end of speech has come, and the turn
+    waits for it; a VAD stopping after 0.2 s asks it at once."""
+    short = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
+    turn = await make(short)
+    await turn.hear(0.02)
+    await turn.speak()
+    await turn.hear(0.5, level=3000)
+    await turn.strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=0.1))
+    await turn.transcribed("What time is it?")
+    await turn.hear(0.08)
+    await asyncio.sleep(0.05)
+    assert short.asked == 0, "asked on 0.18 s of quiet"
+    assert turn.ended == [], "ended before Smart Turn was asked"
+    await turn.hear(0.02)
+    await turn.until_ended(within_s=WAIT_S)
+    assert short.asked == 1 and len(turn.ended) == 1
+
+    usual = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
+    turn = await make(usual)
+    await turn.hear(0.02)
+    await turn.speak()
+    await turn.pause(None)
+    await asyncio.sleep(0.02)
+    assert usual.asked == 1
+
+
+async def test_speech_before_the_quiet_smart_turn_needs_asks_it_nothing(make: Any) -> None:
+    """The caller goes on within those 0.2 s: the pause was not one to judge."""
+    analyzer = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
+    turn = await make(analyzer)
+    await turn.hear(0.02)
+    await turn.speak()
+    await turn.strategy.process_frame(VADUserStoppedSpeakingFrame(stop_secs=0.1))
+    await turn.hear(0.06)
+    await turn.speak()
+    await turn.hear(0.3, level=3000)
+    await asyncio.sleep(0.02)
+    assert analyzer.asked == 0
+
+
 async def test_on_a_lagging_server_the_quiet_is_counted_in_audio(make: Any) -> None:
     """The clock says the wait is over, but the audio of that quiet has not been read yet
     (the words that break it may be in it): the turn waits for the audio."""
