@@ -483,84 +483,54 @@ async def test_a_turn_the_models_call_finished_ends_after_the_models_wait(
     assert waited - 0.02 < turn.after_speech() < waited + 0.25
 
 
+WORDS_OVER_AUDIO = {"words_over_audio": True}
+MODEL_OVER_AUDIO = {"model_over_audio": True}
+
+
 @pytest.mark.parametrize(
-    ("words", "words_over_audio", "ending"),
+    ("words", "over_audio", "ending"),
     [
-        pytest.param("Wann fängt der Film an?", True, "finished", id="a question mark"),
-        pytest.param("Stop.", True, "finished", id="one word"),
-        pytest.param("Can you check my last order.", True, "finished", id="a request"),
+        pytest.param("Wann fängt der Film an?", WORDS_OVER_AUDIO, "finished", id="a question mark"),
+        pytest.param("Stop.", WORDS_OVER_AUDIO, "finished", id="one word"),
+        pytest.param("Can you check my last order.", WORDS_OVER_AUDIO, "finished", id="a request"),
         pytest.param(
             "I would like to book a table for two people.",
-            True,
+            WORDS_OVER_AUDIO,
             "waited",
             id="a statement: words that ask for nothing",
         ),
-        pytest.param("Stop.", False, "waited", id="one word, Smart Turn decides"),
-    ],
-)
-async def test_words_that_ask_end_on_the_models_wait_when_smart_turn_hears_them_unfinished(
-    make: Any,
-    recording: tuple[str, list[dict[str, Any]]],
-    words: str,
-    words_over_audio: bool,
-    ending: str,
-) -> None:
-    """Smart Turn misses some short turns on noisy lines and in other voices ("stop" 0.14 on
-    white noise 20 dB, French "quelle heure est il" 0.04: the bench's log). With
-    ``words_over_audio``, words that ask end such a turn on the model's wait unless the model
-    holds them (it reads every sentence as ending here, p 1.0); without it, the bound."""
-    url, _ = recording
-    bound_s = WAIT_S + 0.6
-    turn = await make(
-        ScriptedTurnAnalyzer(EndOfTurnState.INCOMPLETE),
-        unfinished_wait_s=bound_s,
-        text_model=TextEndOfTurn(url, "m", timeout_s=1.0),
-        text_end_p=0.5,
-        text_end_wait_s=MODELS_WAIT_S,
-        words_over_audio=words_over_audio,
-    )
-    await turn.speak()
-    await turn.pause(words)
-    await turn.until_ended(within_s=bound_s + 0.5)
-    waited = {"finished": MODELS_WAIT_S, "waited": bound_s}[ending]
-    assert waited - 0.02 < turn.after_speech() < waited + 0.25
-
-
-@pytest.mark.parametrize(
-    ("words", "model_over_audio", "ending"),
-    [
+        pytest.param("Stop.", {}, "waited", id="one word, Smart Turn decides"),
         pytest.param(
             "I would like to book a table for two people.",
-            True,
+            MODEL_OVER_AUDIO,
             "finished",
             id="a statement the model reads finished",
         ),
-        pytest.param("Rappelez moi demain matin.", True, "finished", id="a request in French"),
         pytest.param(
-            "I would like to book a table for.",
-            True,
-            "waited",
-            id="it stops on a preposition: the bound",
+            "Rappelez moi demain matin.", MODEL_OVER_AUDIO, "finished", id="a request in French"
         ),
         pytest.param(
-            "I would like to book a table for two people.",
-            False,
+            "I would like to book a table for.",
+            MODEL_OVER_AUDIO,
             "waited",
-            id="a statement, Smart Turn decides",
+            id="the model's: it stops on a preposition",
         ),
     ],
 )
-async def test_a_turn_the_model_reads_finished_ends_on_its_wait_when_smart_turn_hears_it_unfinished(
+async def test_what_ends_a_turn_smart_turn_hears_unfinished_on_the_models_wait(
     make: Any,
     recording: tuple[str, list[dict[str, Any]]],
     words: str,
-    model_over_audio: bool,
+    over_audio: dict[str, bool],
     ending: str,
 ) -> None:
-    """Smart Turn hears some finished statements and requests unfinished by WebRTC (French
-    "Rappelez moi demain matin", 2026-12-06), which then waited for the bound. With
-    ``model_over_audio``, words the text model reads finished (here it reads every sentence
-    as ending, p 1.0) end on its wait instead, unless they stop on an unfinished word."""
+    """Smart Turn misses some short turns on noisy lines and in other voices ("stop" 0.14 on
+    white noise 20 dB, French "quelle heure est il" 0.04: the bench's log), and some finished
+    statements and requests by WebRTC (French "Rappelez moi demain matin", 2026-12-06). With
+    ``words_over_audio``, words that ask end such a turn on the model's wait unless the model
+    holds them; with ``model_over_audio``, words that do not ask do when the model reads them
+    finished (it reads every sentence as ending here, p 1.0), unless they stop on an unfinished
+    word; otherwise, the bound."""
     url, _ = recording
     bound_s = WAIT_S + 0.6
     turn = await make(
@@ -569,7 +539,7 @@ async def test_a_turn_the_model_reads_finished_ends_on_its_wait_when_smart_turn_
         text_model=TextEndOfTurn(url, "m", timeout_s=1.0),
         text_end_p=0.5,
         text_end_wait_s=MODELS_WAIT_S,
-        model_over_audio=model_over_audio,
+        **over_audio,
     )
     await turn.speak()
     await turn.pause(words)
