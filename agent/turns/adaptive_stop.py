@@ -486,7 +486,13 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         words allow it (``text_check``), or the text model may (not on an unfinished word)."""
         if self._words_allow_short_wait(text):
             return True
-        return self._text_model is not None and self._text_end_p <= 1 and not ends_unfinished(text)
+        return self._text_model is not None and self._model_may_read_finished(text)
+
+    def _model_may_read_finished(self, text: str) -> bool:
+        """Whether the model's p(end) could make these words a finished turn: statements end
+        on its wait at all (``text_end_p`` up to 1), and the words do not stop on a word no
+        sentence ends on."""
+        return self._text_end_p <= 1 and not ends_unfinished(text)
 
     async def _ask_analyzer_after_quiet(self, heard_s: float) -> None:
         """Ask Smart Turn now if it has heard :data:`SMART_TURN_QUIET_S` after the words
@@ -604,11 +610,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             # Smart Turn heard this pause as unfinished: the model can change that only for
             # words that ask (``words_over_audio``) or, with ``model_over_audio``, for others
             if not asks_for_answer(self._text):
-                return (
-                    self._model_over_audio
-                    and self._text_end_p <= 1
-                    and not ends_unfinished(self._text)
-                )
+                return self._model_over_audio and self._model_may_read_finished(self._text)
             return self._words_over_audio and not beyond_the_veto(self._text, self._veto_min_words)
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
@@ -616,7 +618,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return (self._text_unfinished_p > 0 or self._words_over_audio) and not beyond_the_veto(
                 self._text, self._veto_min_words
             )
-        return self._text_end_p <= 1 and not ends_unfinished(self._text)
+        return self._model_may_read_finished(self._text)
 
     async def _ask_text_model(self) -> None:
         """Ask the model about the turn's words so far (a final transcript just came), off the
