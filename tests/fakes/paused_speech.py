@@ -53,8 +53,16 @@ class Utterance:
 
     def phrase_ends_s(self, sample_rate: int) -> list[float]:
         """Where each phrase ends in :meth:`audio`, in seconds from its first sample."""
-        lengths = np.cumsum([len(part) for part in self._parts(sample_rate)])
-        return [float(end) / sample_rate for end in lengths[::2]]
+        return [end for _, end in self.phrase_spans_s(sample_rate)]
+
+    def phrase_spans_s(self, sample_rate: int) -> list[tuple[float, float]]:
+        """Where each phrase starts and ends in :meth:`audio`, in seconds from its first
+        sample."""
+        bounds = np.cumsum([0, *(len(part) for part in self._parts(sample_rate))])
+        return [
+            (float(bounds[i]) / sample_rate, float(bounds[i + 1]) / sample_rate)
+            for i in range(0, len(bounds) - 1, 2)
+        ]
 
     def _parts(self, sample_rate: int) -> list[np.ndarray]:
         """The phrases' samples with the pauses' silence between them, in order."""

@@ -9,12 +9,16 @@ audio and from words as Voxtral would give them.
 
 How it writes, and why:
 
-- A generation (one VAD segment, from the STT's first commit to its final one) gets the phrases
+- A generation (one VAD segment, from the STT's first commit to its final one) gets the words
   whose audio ended before its final commit and that no earlier generation got. The caller's
   phrase timings are known to the bench (it plays them on a paced line), so no guess is made
-  from the audio; a talker behind the caller is never written.
+  from the audio; a talker behind the caller is never written. Inside a phrase, a word is
+  taken to end where its last letter falls when the phrase's letters are spread evenly over
+  its audio: a VAD that stops at a gap inside a phrase ("cancel | it", a short VAD wait, a dip
+  under babble) thus gets the words before the gap, as a recognizer writes the part it heard
+  (a word or so either way; the last word of a phrase ends exactly with its audio).
 - Each generation's words are closed the way a recognizer closes a fragment heard before
-  silence: with a full stop, and with a question mark only after the last phrase of a question.
+  silence: with a full stop, and with a question mark only after the last word of a question.
   A fragment at a pause ("Book a table.") thus looks finished, as tiny.en writes it too.
 - The final comes ``final_delay_s`` after the final commit
   (:attr:`~tests.fakes.realtime_peer.RealtimePeer.final_delay_s`): Voxtral's text lags its
@@ -33,10 +37,25 @@ TIMING_RATE = 8000
 """The rate the phrase lengths are read at (the phone line's; any rate gives the same times)."""
 
 
+def word_ends_s(utterance: Utterance, sample_rate: int = TIMING_RATE) -> list[float]:
+    """When each of the utterance's words ends, in seconds from its first sample: by its last
+    letter's place in its phrase, the phrase's letters spread evenly over its audio."""
+    ends: list[float] = []
+    for phrase, (start, end) in zip(
+        utterance.phrases, utterance.phrase_spans_s(sample_rate), strict=True
+    ):
+        letters = 0
+        for word in phrase.split():
+            letters += len(word) if letters == 0 else len(word) + 1
+            ends.append(start + (end - start) * letters / len(phrase))
+    return ends
+
+
 def written(utterance: Utterance, first: int, last: int) -> str:
-    """Phrases ``first`` to ``last`` (exclusive) as a recognizer closes them before silence."""
-    text = " ".join(utterance.phrases[first:last])
-    question = utterance.kind == "question" and last == len(utterance.phrases)
+    """Words ``first`` to ``last`` (exclusive) as a recognizer closes them before silence."""
+    all_words = utterance.text.split()
+    text = " ".join(all_words[first:last])
+    question = utterance.kind == "question" and last == len(all_words)
     return text[:1].upper() + text[1:] + ("?" if question else ".")
 
 
@@ -46,18 +65,18 @@ class ReferenceWords:
 
     utterance: Utterance | None = None
     ends_at: list[float] = field(default_factory=list)
-    """When each phrase ended on the caller's side (``time.monotonic()``)."""
+    """When each word ended on the caller's side (``time.monotonic()``)."""
     given: int = 0
-    """Phrases already written into an earlier generation of this call."""
+    """Words already written into an earlier generation of this call."""
 
     def play(self, utterance: Utterance, began: float) -> None:
         """The caller starts ``utterance`` at ``began``; earlier calls' words are forgotten."""
         self.utterance = utterance
-        self.ends_at = [began + end for end in utterance.phrase_ends_s(TIMING_RATE)]
+        self.ends_at = [began + end for end in word_ends_s(utterance)]
         self.given = 0
 
     def transcribe(self, generation: Generation) -> str:
-        """The phrases this generation heard end, none twice."""
+        """The words this generation heard end, none twice."""
         if self.utterance is None or generation.committed_at is None:
             return ""
         heard = sum(end <= generation.committed_at for end in self.ends_at)

@@ -175,7 +175,7 @@ def test_reference_words_write_each_phrase_once_after_its_audio_has_ended() -> N
     words = ReferenceWords()
     words.play(unfinished, began=100.0)
 
-    assert words.transcribe(generation_committed_at(100.0 + first_end - 0.01)) == ""
+    assert words.transcribe(generation_committed_at(100.0)) == ""
     assert words.transcribe(generation_committed_at(100.0 + first_end + 0.2)) == (
         "Ich möchte einen tisch."  # closed as a recognizer closes a fragment before a pause
     )
@@ -184,6 +184,16 @@ def test_reference_words_write_each_phrase_once_after_its_audio_has_ended() -> N
         "Für zwei personen reservieren."
     )
     assert words.transcribe(generation_committed_at(100.0 + last_end + 2.0)) == ""  # noise
+
+
+def test_reference_words_write_the_words_before_a_cut_inside_a_phrase() -> None:
+    statement = next(u for u in extended() if (u.language, u.kind) == ("en", "statement"))
+    (end,) = statement.phrase_ends_s(TIMING_RATE)
+    words = ReferenceWords()
+    words.play(statement, began=0.0)
+    assert words.transcribe(generation_committed_at(end / 2)) == "I would like to book."
+    assert words.transcribe(generation_committed_at(end - 0.01)) == "A table for two."
+    assert words.transcribe(generation_committed_at(end)) == "People."  # the phrase's end
 
 
 def test_reference_words_close_a_question_with_a_question_mark_and_forget_the_last_call() -> None:
