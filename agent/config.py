@@ -328,10 +328,11 @@ class TurnSettings(_Section):
         default=0.2,
         gt=0,
         le=2,
-        description="Quiet before the VAD reports the end of speech; the STT commits the "
-        "segment then, so a final comes sooner with less. Smart Turn is asked on 0.2 s of "
-        "quiet whatever this is. See bench/results/turn_taking_multilingual.md, 'A shorter "
-        "VAD wait'.",
+        description="Quiet before the VAD reports the end of speech, counted in Silero's "
+        "whole 32 ms windows (0.2: six, 0.192 s); the STT commits the segment then, so a final "
+        "comes sooner with less, but a phrase is cut at more of its gaps, and on a line with "
+        "people talking behind the caller a last word may go unheard. Smart Turn is asked on "
+        "0.192 s of quiet whatever this is. See README, 'A shorter VAD wait'.",
     )
     vad_foreground_db: float = Field(
         default=6.0,
@@ -351,8 +352,8 @@ class TurnSettings(_Section):
         description="Once the caller speaks, a window within this many dB of the line's noise "
         "floor that Silero is not sure of (under 0.9) is quiet, so the VAD hears the caller stop "
         "where the speech ends rather than where Silero's confidence has decayed (the end of "
-        "speech heard 62-86 ms late on a clean phone line, 83-184 ms with hiss 10 dB under the "
-        "speech; 26-46 and 19-100 ms with it): every turn's final, and answer, comes that much "
+        "speech heard 70-94 ms late on a clean phone line, 91-192 ms with hiss 10 dB under the "
+        "speech; 34-54 and 27-108 ms with it): every turn's final, and answer, comes that much "
         "sooner (agent/vad/line_floor.py, bench/results/vad_stop.md). Only where the line's "
         "background is silence or steady noise; starts are untouched. 0: off, as stock Silero. "
         "See README, 'The line's floor'.",

@@ -519,8 +519,9 @@ RECOGNIZER_NOTES = {
     "of the speech.",
     "reference": "The recognizer is a stand-in for Voxtral (`--recognizer reference`, "
     "`tests/fakes/reference_words.py`): behind the realtime protocol it writes the script's "
-    "own words for the phrases that ended in each VAD segment, in every language, a fragment "
-    "before a pause closed with a full stop and a question with a question mark, each final "
+    "own words for the words that ended in each VAD segment (inside a phrase, by its letters "
+    "spread evenly over its audio), in every language, a fragment before a pause closed with a "
+    "full stop and a question with a question mark, each final "
     f"{REFERENCE_FINAL_DELAY_S:g} s after the STT's final commit (Voxtral's 480 ms delay from "
     "the end of speech); talkers behind the caller are never written.",
 }

@@ -6,9 +6,9 @@ English, German, French and Spanish) is put on a phone line as ``bench/talker_ga
 (8 kHz μ-law, the line before and after the caller) and heard by the product's VAD
 (``pipelines.services.caller_vad``) twice, the floor off and on. Per language and line:
 
-- the **end of speech as the VAD reports it** (its last stop less ``stop_secs``, which is what
-  the stop strategy waits from, and when the STT commits the segment) after the true end, p50
-  and max: the part of every turn's answer time that is the VAD's;
+- the **end of speech as the VAD reports it** (its last stop less the quiet it counted, which
+  is what the stop strategy waits from, and when the STT commits the segment) after the true
+  end, p50 and max: the part of every turn's answer time that is the VAD's;
 - utterances whose **segments differ** in number (a pause heard or bridged differently; a cut
   inside a phrase would show here) and whose **first start moved** (the floor must never move
   one).
@@ -29,6 +29,7 @@ from pipecat.audio.vad.vad_analyzer import VADState
 from agent.config import TurnSettings
 from bench import machine
 from bench.talker_gate import BEFORE_S, CHUNK, RATE, offline_vad_bench, phone_line, vad_states
+from pipelines.services import caller_vad
 from tests.fakes.line_noise import Noise
 from tests.fakes.paused_speech import extended
 from tests.fakes.speech import heard_changes
@@ -76,7 +77,9 @@ def ms(values: list[float]) -> str:
 
 
 async def run(margin_db: float) -> list[str]:
-    stop_secs = TurnSettings().vad_stop_secs
+    vad = caller_vad(TurnSettings())
+    vad.set_sample_rate(RATE)
+    stop_secs = vad.params.stop_secs  # the quiet it counts: whole 32 ms windows
     rows = [
         "| line | language | end of speech heard after the true end, p50 / max: floor off "
         f"| floor on ({margin_db:g} dB) | segments differ | first start moved |",
@@ -115,7 +118,8 @@ def main(argv: list[str]) -> int:
             f"{machine.describe()}, {minutes:.1f} min. "
             f"{len(extended())} utterances (en, de, fr, es) on phone lines (8 kHz μ-law), the "
             "product's VAD (the talker gate on). The end of speech as the VAD reports it is its "
-            "last stop less `turn.vad_stop_secs`: the stop strategy's waits count from it, and "
+            "last stop less the quiet it counted (`turn.vad_stop_secs` in whole 32 ms windows): "
+            "the stop strategy's waits count from it, and "
             "the STT commits the segment at the stop."
         ),
         results_md=RESULTS_MD,

@@ -138,6 +138,16 @@ class SharedSileroVADAnalyzer(VADAnalyzer):
         )
         super().set_params(params)
         self._vad_state, self._vad_starting_count, self._vad_stopping_count = carried
+        # Pipecat counts whole windows (a 0.2 s stop is six 32 ms windows, 0.192 s) but
+        # stamps the asked-for time on its start and stop frames, and the end of speech is
+        # found by taking the stamp from the stop's time: the stamps must be what was counted.
+        window_s = self._vad_frames / self.sample_rate
+        self._params = params.model_copy(
+            update={
+                "start_secs": self._vad_start_frames * window_s,
+                "stop_secs": self._vad_stop_frames * window_s,
+            }
+        )
 
     def num_frames_required(self) -> int:
         return WINDOW_SAMPLES[16000] if self.sample_rate == 16000 else WINDOW_SAMPLES[8000]

@@ -138,9 +138,10 @@ MAX_AUDIO_LAG_S = 1.0
 """How far past its deadline the audio may hold a turn open (audio read late, or a sound the
 VAD did not call speech) before the clock alone decides: the bound's own margin."""
 
-SMART_TURN_QUIET_S = 0.2
+SMART_TURN_QUIET_S = 0.192
 """The quiet after the words Smart Turn is asked on, whatever the VAD's wait
-(``vad_stop_secs``): Pipecat pairs Smart Turn v3 with a 0.2 s VAD stop, and its verdict moves
+(``vad_stop_secs``): Pipecat pairs Smart Turn v3 with a 0.2 s VAD stop (six of Silero's 32 ms
+windows, so 0.192 s of quiet), and its verdict moves
 with tens of milliseconds of quiet (by WebRTC, a 0.15 s and a 0.12 s VAD wait sent an English
 question to the middle wait: ``bench/results/turn_taking_multilingual.md``, "A shorter VAD
 wait"). With a shorter VAD wait, the STT commits sooner and Smart Turn is asked once this much
@@ -317,6 +318,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._segments_due = 0
         self._segments_given_up = 0
         self._audio_flows = False  # caller audio reaches us (Smart Turn on: CallerAudioFeed)
+        self._frame_s = 0.0  # how much audio the caller's frames carry (a phone call's: 60 ms)
         self._segments_heard = 0  # VAD starts so far: a verdict is for the latest one only
         self._verdict: EndOfTurnState | None = None
         self._verdict_due = False  # Smart Turn is judging the latest pause
@@ -376,6 +378,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         await super().process_frame(frame)
         if isinstance(frame, InputAudioRawFrame):
             self._audio_flows = True
+            self._frame_s = _seconds(frame)
             if self._analyzer is not None:
                 self._analyzer.append_audio(frame.audio, self._speaking)
             self._measure(frame)
@@ -758,12 +761,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         the words that broke it may still be on their way, and a sound the VAD did not call
         speech starts the quiet again. Looked at again soon (a late burst comes all at once),
         for at most :data:`MAX_AUDIO_LAG_S` past the deadline, then the clock decides (a client
-        may send no audio in silence).
+        may send no audio in silence). Up to one frame of it is never late: it is still being
+        spoken into the frame that brings it (a phone call's audio comes 60 ms at a time, and
+        waiting for that frame ended turns up to 60 ms past their deadline).
         """
         if self._quiet_heard_s is None or self._speech_ended_at is None:
             return 0.0
         missing = (at - self._speech_ended_at) - self._quiet_heard_s
-        if missing <= 0.005 or time.time() >= at + MAX_AUDIO_LAG_S:
+        if missing <= self._frame_s + 0.005 or time.time() >= at + MAX_AUDIO_LAG_S:
             return 0.0
         return min(0.02, missing)
 

@@ -2,8 +2,8 @@
 confidence has decayed.
 
 Silero's confidence lingers after the last word: on the extended set's phone lines the VAD
-reported the end of speech (its stop less ``stop_secs``) 62-86 ms after the words ended on a
-clean line (p50 per language), and 83-184 ms after (at most 291 ms) with white noise 10 dB under
+reported the end of speech (its stop less ``stop_secs``) 70-94 ms after the words ended on a
+clean line (p50 per language), and 91-192 ms after (at most 299 ms) with white noise 10 dB under
 the speech (``bench/results/vad_stop.md``). The
 STT commits the segment at that stop, so every turn's final transcript, and its answer, came
 that much later on a hissing line: a steady noise floor held the turn open.

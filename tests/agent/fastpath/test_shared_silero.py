@@ -252,32 +252,62 @@ async def test_per_call_memory_is_a_few_kilobytes() -> None:
     assert per_call < 48 * 1024, f"{per_call:.0f} bytes per call"
 
 
-async def test_vad_processor_with_shared_analyzer_emits_the_stock_start_and_stop() -> None:
+async def vad_stage_frames(
+    analyzer: VADAnalyzer,
+) -> list[tuple[VADUserStartedSpeakingFrame | VADUserStoppedSpeakingFrame, int]]:
+    """Pipecat's VAD stage with ``analyzer`` on a sentence with a pause (16 kHz, 20 ms
+    frames): each start and stop, and how many audio frames had gone by when it came."""
     pcm = conversation(16000, gaps=(0.5,))
     frames = [
         InputAudioRawFrame(audio=f, sample_rate=16000, num_channels=1) for f in frames_of(pcm, 640)
     ]
-
-    async def vad_events(analyzer: VADAnalyzer) -> list[tuple[str, int]]:
-        down, _ = await run_test(
+    down, _ = await asyncio.wait_for(
+        run_test(
             VADProcessor(vad_analyzer=analyzer),
             frames_to_send=frames,
             pipeline_params=PipelineParams(audio_in_sample_rate=16000),
-        )
-        events, audio_frames = [], 0
-        for frame in down:
-            if isinstance(frame, InputAudioRawFrame):
-                audio_frames += 1
-            elif isinstance(frame, VADUserStartedSpeakingFrame | VADUserStoppedSpeakingFrame):
-                events.append((type(frame).__name__, audio_frames))
-        return events
+        ),
+        HANG_GUARD_S,
+    )
+    events, audio_frames = [], 0
+    for frame in down:
+        if isinstance(frame, InputAudioRawFrame):
+            audio_frames += 1
+        elif isinstance(frame, VADUserStartedSpeakingFrame | VADUserStoppedSpeakingFrame):
+            events.append((frame, audio_frames))
+    return events
 
-    shared = await asyncio.wait_for(vad_events(SharedSileroVADAnalyzer()), HANG_GUARD_S)
+
+async def test_vad_processor_with_shared_analyzer_emits_the_stock_start_and_stop() -> None:
+    shared = [(type(f).__name__, at) for f, at in await vad_stage_frames(SharedSileroVADAnalyzer())]
     assert [name for name, _ in shared] == [
         "VADUserStartedSpeakingFrame",
         "VADUserStoppedSpeakingFrame",
     ]
-    assert shared == await vad_events(SileroVADAnalyzer())  # after the same audio frame
+    stock = [(type(f).__name__, at) for f, at in await vad_stage_frames(SileroVADAnalyzer())]
+    assert shared == stock  # after the same audio frame
+
+
+@pytest.mark.parametrize(("asked_s", "counted_s"), [(0.2, 0.192), (0.12, 0.128)])
+async def test_the_stop_frame_says_how_much_quiet_was_counted(
+    asked_s: float, counted_s: float
+) -> None:
+    """Silero counts whole 32 ms windows of quiet (six for 0.2 s, four for 0.12 s), and the
+    end of speech is the stop's time less the frame's ``stop_secs``: so the frame carries what
+    was counted, not what was asked. The stop comes after the same audio as stock Silero's."""
+    params = VADParams(stop_secs=asked_s)
+
+    async def stops(analyzer: VADAnalyzer) -> list[tuple[int, float]]:
+        return [
+            (at, frame.stop_secs)
+            for frame, at in await vad_stage_frames(analyzer)
+            if isinstance(frame, VADUserStoppedSpeakingFrame)
+        ]
+
+    ours = await stops(SharedSileroVADAnalyzer(params=params))
+    stock = await stops(SileroVADAnalyzer(params=params))
+    assert [at for at, _ in ours] == [at for at, _ in stock] and len(ours) == 1
+    assert ours[0][1] == pytest.approx(counted_s) and stock[0][1] == asked_s
 
 
 @pytest.mark.parametrize(("sample_rate", "frame_bytes"), [(8000, 320), (16000, 640)])

@@ -72,10 +72,18 @@ async def test_the_gate_starts_and_stops_after_the_same_frames_as_the_vad_stage(
 @requires_espeak
 async def test_each_edge_says_where_in_the_track_the_speech_started_or_stopped() -> None:
     frames = frames_of(conversation(RATE, gaps=(0.5, 1.5)), FRAME_BYTES)
+    counted = counted_params()
     for edge, index, _ in await gate_edges(frames):
         heard_s = index * FRAME_BYTES / 2 / RATE
-        wait = PARAMS.start_secs if edge.kind == "started" else PARAMS.stop_secs
+        wait = counted.start_secs if edge.kind == "started" else counted.stop_secs
         assert abs(edge.audio_s - (heard_s - wait)) < 1e-9  # the confirmation wait taken off
+
+
+def counted_params() -> VADParams:
+    """The waits as the VAD counts them: whole 32 ms windows (0.2 s is 0.192 s)."""
+    analyzer = SharedSileroVADAnalyzer(params=PARAMS)
+    analyzer.set_sample_rate(RATE)
+    return analyzer.params
 
 
 @requires_espeak
@@ -108,7 +116,7 @@ async def test_a_track_whose_audio_stops_while_speaking_is_stopped_after_the_idl
     assert gate.speaking
     assert gate.idle_stop(gate.last_audio_at + 0.9) is None  # audio came recently enough
     edge = gate.idle_stop(gate.last_audio_at + 1.0)
-    assert edge == SpeechEdge("stopped", gate.audio_s - PARAMS.stop_secs)
+    assert edge == SpeechEdge("stopped", gate.audio_s - counted_params().stop_secs)
     assert not gate.speaking
     assert gate.idle_stop(gate.last_audio_at + 5.0) is None  # stopped once
 

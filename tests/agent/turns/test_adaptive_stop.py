@@ -90,11 +90,11 @@ class Recorder:
             self._turn_ended.clear()
             await self.strategy.handle_user_turn_started()
 
-    async def hear(self, seconds: float, level: int = 0) -> None:
-        """Caller audio as the STT passes it through (8 kHz, 20 ms frames, a constant
+    async def hear(self, seconds: float, level: int = 0, frame_s: float = 0.02) -> None:
+        """Caller audio as the STT passes it through (8 kHz, ``frame_s`` frames, a constant
         ``level``), all at once."""
-        pcm = np.full(160, level, np.int16).tobytes()
-        for _ in range(round(seconds / 0.02)):
+        pcm = np.full(round(8000 * frame_s), level, np.int16).tobytes()
+        for _ in range(round(seconds / frame_s)):
             await self.strategy.process_frame(InputAudioRawFrame(pcm, 8000, 1))
 
     async def until_ended(self, within_s: float) -> None:
@@ -343,6 +343,18 @@ async def test_on_a_lagging_server_the_quiet_is_counted_in_audio(make: Any) -> N
     await turn.hear(WAIT_S - STOP_SECS)
     await asyncio.sleep(0.05)
     assert len(turn.ended) == 1
+
+
+async def test_the_frame_still_being_spoken_does_not_hold_the_turn(make: Any) -> None:
+    """A phone call's audio comes 60 ms at a time: at the deadline, up to a frame of the quiet
+    is still on its way, on time. Waiting for it ended turns up to a frame late."""
+    turn = await make()
+    await turn.speak()
+    await turn.hear(0.48, level=3000, frame_s=0.06)
+    await turn.pause("I would like to book a table.")
+    await turn.hear(0.36, frame_s=0.06)  # all but 40 ms of the quiet until the deadline
+    await turn.until_ended(WAIT_S + 0.5)
+    assert len(turn.ended) == 1, "the turn waited for audio not yet due"
 
 
 async def test_audio_that_stops_coming_leaves_the_clock_to_decide(
