@@ -34,7 +34,8 @@ VAD) with whatever English words tiny.en makes of them; Voxtral would write thei
 ``--recognizer reference`` puts a stand-in for Voxtral in tiny.en's place
 (:mod:`tests.fakes.reference_words`: the script's own words, in every language, behind the
 realtime protocol, each final 0.3 s after the STT's final commit), so every row measures the
-turn decision with the words a multilingual recognizer gives it.
+turn decision with the words a multilingual recognizer gives it, and counts the words it never
+wrote: a tail the VAD never heard as speech, which no false end shows.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
         [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10]
@@ -232,6 +233,9 @@ class Outcome:
     waits: tuple[str, ...] = ()
     """How each of the call's turns ended, as the adaptive strategy logs it: ``complete`` (the
     short wait), ``waited`` (the upper bound), ``no words``; empty for other strategies."""
+    words_unwritten: int | None = None
+    """The utterance's words the recognizer never wrote: a tail the VAD never heard as speech
+    (answered or not, no false end shows it). Known with the Voxtral stand-in only."""
 
     @property
     def false_end(self) -> bool:
@@ -300,6 +304,7 @@ async def play_phone(
         false_ends=answer_starts(caller.loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
         waits=taken_waits(),
+        words_unwritten=None if reference is None else reference.unwritten,
     )
 
 
@@ -342,6 +347,7 @@ async def play_webrtc(
         false_ends=answer_starts(loud_at, began, true_end),
         answered_after_s=None if answer is None else answer - true_end,
         waits=taken_waits(),
+        words_unwritten=None if reference is None else reference.unwritten,
     )
 
 
@@ -473,17 +479,25 @@ def summary_extended(row: Row) -> str:
     short = sum(o.waits[-1:] == ("complete",) for o in done)
     finished = sum(o.waits[-1:] == ("finished",) for o in done)
     on_the_model = f" (+ {finished} on the model's wait)" if finished else ""
+    unwritten = [o.words_unwritten for o in row.outcomes if o.words_unwritten is not None]
+    lost = f"{sum(unwritten)} ({sum(n > 0 for n in unwritten)} utterances)" if unwritten else "-"
     return (
         f"| {row.language} ({heard}) | {row.line}{', WebRTC' if row.transport == 'webrtc' else ''} "
         f"| {row.name} | {false_ends} | {per_minute:.1f} | {missed} of {complete} "
-        f"| {short} of {complete}{on_the_model} | {latency} |"
+        f"| {short} of {complete}{on_the_model} | {latency} | {lost} |"
     )
 
 
+UNWRITTEN_NOTE = (
+    " Words never written: the utterance's words no VAD segment held (a tail the VAD never "
+    "heard as speech), which no false end shows; counted with the stand-in only."
+)
+
 EXTENDED_HEADER = [
     "| language | line | configuration | false ends | per minute of speech | missed ends "
-    "| complete turns ended on the short wait | complete turn → answer p50 / p95 |",
-    "|---|---|---|---|---|---|---|---|",
+    "| complete turns ended on the short wait | complete turn → answer p50 / p95 "
+    "| words never written |",
+    "|---|---|---|---|---|---|---|---|---|",
 ]
 
 
@@ -549,7 +563,7 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
         + ". A false end is an answer heard before the utterance's true "
         "end; a missed end is a complete turn with no answer heard within "
         f"{ANSWER_WINDOW_S:g} s; latency is the end of a complete turn to the first bot audio "
-        "heard. " + RECOGNIZER_NOTES[recognizer],
+        "heard. " + RECOGNIZER_NOTES[recognizer] + UNWRITTEN_NOTE,
     ]
     for number, rows in enumerate(runs, 1):
         lines += ["", f"## Run {number}", "", *EXTENDED_HEADER, *map(summary_extended, rows)]
@@ -568,6 +582,7 @@ def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, flo
             f"{o.false_ends or 'ok'} · "
             f"{'-' if o.answered_after_s is None else f'{o.answered_after_s:.2f} s'} · "
             f"{'/'.join(o.waits) or '-'}"
+            f"{f' · {o.words_unwritten} word(s) never written' if o.words_unwritten else ''}"
             for o in row.outcomes
         )
         where = f"{row.line}{', WebRTC' if row.transport == 'webrtc' else ''}"

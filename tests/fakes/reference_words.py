@@ -75,6 +75,12 @@ class ReferenceWords:
         self.ends_at = [began + end for end in word_ends_s(utterance)]
         self.given = 0
 
+    @property
+    def unwritten(self) -> int:
+        """The words of this call's utterance no generation has written: after the call, a
+        tail the VAD never heard as speech (no segment, so no generation, ever held it)."""
+        return len(self.ends_at) - self.given
+
     def transcribe(self, generation: Generation) -> str:
         """The words this generation heard end, none twice."""
         if self.utterance is None or generation.committed_at is None:

@@ -192,8 +192,10 @@ def test_reference_words_write_the_words_before_a_cut_inside_a_phrase() -> None:
     words = ReferenceWords()
     words.play(statement, began=0.0)
     assert words.transcribe(generation_committed_at(end / 2)) == "I would like to book."
+    assert words.unwritten == 5  # "a table for two people": no segment has held them yet
     assert words.transcribe(generation_committed_at(end - 0.01)) == "A table for two."
     assert words.transcribe(generation_committed_at(end)) == "People."  # the phrase's end
+    assert words.unwritten == 0
 
 
 def test_reference_words_close_a_question_with_a_question_mark_and_forget_the_last_call() -> None:
