@@ -383,7 +383,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._analyzer.append_audio(frame.audio, self._speaking)
             self._measure(frame)
             if self._quiet_before_verdict_s is not None:
-                self._quiet_before_verdict_s -= _seconds(frame)
+                self._quiet_before_verdict_s -= self._frame_s
                 if self._quiet_before_verdict_s <= 0:
                     self._quiet_before_verdict_s = None
                     await self._ask_analyzer()
@@ -431,12 +431,12 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
 
     def _measure(self, frame: InputAudioRawFrame) -> None:
         """Learn the caller's speech level and the line's noise floor; count quiet audio after
-        the VAD stop (a sound starts the count again)."""
+        the VAD stop (a sound starts the count again). ``self._frame_s`` is this frame's length."""
         pcm = np.frombuffer(frame.audio, dtype=np.int16)
         if pcm.size == 0:
             return
         rms = float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2)))
-        seconds = _seconds(frame)
+        seconds = self._frame_s
         if self._speaking:
             self._speech_rms = rms if self._speech_rms == 0 else 0.9 * self._speech_rms + 0.1 * rms
             return

@@ -291,8 +291,9 @@ async def test_smart_turn_hears_the_same_quiet_after_the_words_whatever_the_vads
 ) -> None:
     """Smart Turn's verdict moves with tens of milliseconds of quiet after the words, so a VAD
     that stops sooner (``vad_stop_secs`` 0.1 s, for a sooner final) does not ask it sooner: it
-    is asked once 0.2 s of the caller's audio after the end of speech has come, and the turn
-    waits for it; a VAD stopping after 0.2 s asks it at once."""
+    is asked once 0.192 s of the caller's audio after the end of speech has come (what
+    Pipecat's 0.2 s stop counts), and the turn waits for it; a VAD stopping after 0.2 s asks it
+    at once."""
     short = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
     turn = await make(short)
     await turn.hear(0.02)
@@ -318,7 +319,7 @@ async def test_smart_turn_hears_the_same_quiet_after_the_words_whatever_the_vads
 
 
 async def test_speech_before_the_quiet_smart_turn_needs_asks_it_nothing(make: Any) -> None:
-    """The caller goes on within those 0.2 s: the pause was not one to judge."""
+    """The caller goes on within that quiet: the pause was not one to judge."""
     analyzer = ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE)
     turn = await make(analyzer)
     await turn.hear(0.02)
