@@ -1,21 +1,25 @@
 """Does the VAD hear the caller stop when other people talk behind them, and does it leave a
 quiet or hissing line alone? Offline: the product's VAD, no server, no clock.
 
-Each utterance of the extended turn-taking set (``tests.fakes.paused_speech.extended``: 32, in
+Each utterance of the extended turn-taking set (``tests.fakes.paused_speech.extended``: 43, in
 English, German, French and Spanish) is put on a phone line as ``bench/turn_taking.py`` plays
 it (0.6 s of the line before the caller, 3 s after; 8 kHz μ-law) and heard by the product's VAD
 (``pipelines.services.caller_vad``: the turn settings' thresholds), with the talker gate
 (``turn.vad_foreground_db``) and without it:
 
 - on babble (four talkers of the test speech, 20 and 10 dB under the caller, over the whole
-  call): how many utterances the VAD **hears end** (a stop after the true end, within 0.8 s,
+  call; ``--draws`` draws of it, each other stretches of the talkers around the caller's
+  words, where the first draw is the one ``bench/turn_taking.py`` plays): how many
+  utterances the VAD **hears end** (a stop after the true end, within 0.8 s,
   and no start on the talkers in the 2 s after it, where a real call would have the bot's
   answer interrupted or a new turn begun), how many **starts on the talkers** follow the
-  caller's end, and the stop's delay after the true end (p50 / max, of those heard end);
+  caller's end, how many have **no stop after the end** (the VAD stopped inside the
+  utterance and never heard the rest, or never stopped), and the stop's delay after the true
+  end (p50 / max, of those heard end);
 - on a clean line and with white noise at 10 and 20 dB: whether the gate's VAD states equal
   the ungated VAD's **window for window** (it must never act there).
 
-    .venv/bin/python -m bench.talker_gate [--margin DB] [--no-write]
+    .venv/bin/python -m bench.talker_gate [--margin DB] [--draws N] [--no-write]
 """
 
 from __future__ import annotations
@@ -68,16 +72,19 @@ class Heard:
         )
 
 
-def phone_line(utterance: Utterance, noise: tuple[Noise, float] | None) -> tuple[bytes, float]:
+def phone_line(
+    utterance: Utterance, noise: tuple[Noise, float] | None, draw: int = 0
+) -> tuple[bytes, float]:
     """The call's audio as the VAD hears it (the line, the caller, the line, through μ-law),
-    and where the caller's turn truly ends in it, from the caller's first sample."""
+    and where the caller's turn truly ends in it, from the caller's first sample; ``draw``
+    picks the noise (:func:`tests.fakes.line_noise.line`)."""
     pcm, end_s = utterance.audio(RATE)
     if noise is None:
         silence = np.zeros(int(BEFORE_S * RATE), np.int16).tobytes()
         audio = silence + pcm + np.zeros(int(AFTER_S * RATE), np.int16).tobytes()
     else:
         before, speech, after = line(
-            pcm, RATE, noise[0], noise[1], before_s=BEFORE_S, after_s=AFTER_S
+            pcm, RATE, noise[0], noise[1], before_s=BEFORE_S, after_s=AFTER_S, draw=draw
         )
         audio = before + speech + after
     return from_ulaw(to_ulaw(audio)).astype(np.int16).tobytes(), end_s
@@ -108,31 +115,33 @@ def heard(end_s: float, states: list[VADState]) -> Heard:
     return Heard(None if stop is None else stop - end_s, talkers)
 
 
-def babble_row(snr_db: float, gate: str, found: list[Heard]) -> str:
+def babble_row(snr_db: float, draw: int, gate: str, found: list[Heard]) -> str:
     delays = sorted(h.stop_after_s for h in found if h.end_heard and h.stop_after_s is not None)
     delay = (
         f"{1000 * statistics.median(delays):.0f} / {1000 * delays[-1]:.0f} ms" if delays else "-"
     )
     return (
-        f"| babble {snr_db:g} dB | {gate} | {sum(h.end_heard for h in found)} of {len(found)} "
+        f"| babble {snr_db:g} dB | {draw + 1} | {gate} | {sum(h.end_heard for h in found)} of "
+        f"{len(found)} | {sum(h.stop_after_s is None for h in found)} "
         f"| {sum(h.talker_starts for h in found)} | {delay} |"
     )
 
 
-async def run(margin_db: float) -> list[str]:
+async def run(margin_db: float, draws: int = 1) -> list[str]:
     lines = [
-        "| line | talker gate | VAD hears the end | starts on the talkers after it "
-        "| stop after the end, p50 / max |",
-        "|---|---|---|---|---|",
+        "| line | draw | talker gate | VAD hears the end | no stop after the end "
+        "| starts on the talkers after it | stop after the end, p50 / max |",
+        "|---|---|---|---|---|---|---|",
     ]
     for snr in (20.0, 10.0):
-        for gate, margin in (("off", None), (f"on, {margin_db:g} dB", margin_db)):
-            found = []
-            for utterance in extended():
-                audio, end_s = phone_line(utterance, ("babble", snr))
-                found.append(heard(end_s, await vad_states(audio, margin)))
-            lines.append(babble_row(snr, gate, found))
-            print(lines[-1], file=sys.stderr, flush=True)
+        for draw in range(draws):
+            for gate, margin in (("off", None), (f"on, {margin_db:g} dB", margin_db)):
+                found = []
+                for utterance in extended():
+                    audio, end_s = phone_line(utterance, ("babble", snr), draw)
+                    found.append(heard(end_s, await vad_states(audio, margin)))
+                lines.append(babble_row(snr, draw, gate, found))
+                print(lines[-1], file=sys.stderr, flush=True)
     equal_rows = ["", "| line | gate's VAD states equal the ungated ones |", "|---|---|"]
     for noise in (None, ("white", 10.0), ("white", 20.0)):
         same = 0
@@ -173,20 +182,31 @@ def offline_vad_bench(
     return 0
 
 
+DRAWS = 4
+"""Draws of the babble by default: one draw is one set of moments where the talkers happen to
+be loud around the caller's words, and the first alone made the gate look better than it was
+(``bench/results/talker_gate.md``, 2026-12-06 evening)."""
+
+
 def main(argv: list[str]) -> int:
+    drawing = argparse.ArgumentParser(add_help=False)
+    drawing.add_argument("--draws", type=int, default=DRAWS, help="draws of the babble")
+    known, rest = drawing.parse_known_args(argv)
     return offline_vad_bench(
-        argv,
+        rest,
         doc=__doc__ or "",
         default_margin=TurnSettings().vad_foreground_db or 6.0,
-        run=run,
+        run=lambda margin: run(margin, known.draws),
         title="# The talker gate, offline: the product's VAD on the extended set's phone lines",
         summary=lambda minutes: (
             f"`python -m bench.talker_gate`, {time.strftime('%Y-%m-%d')}, {machine.describe()}, "
             f"{minutes:.1f} min. {len(extended())} utterances (en, "
             "de, fr, es), each on a phone line with 0.6 s of it before the caller and 3 s "
-            "after. The VAD hears the end: a stop within "
-            f"{HEARD_WITHIN_S:g} s of the true end and no start on the talkers in the "
-            f"{QUIET_AFTER_S:g} s after it."
+            f"after; babble in {known.draws} draws (other stretches of the talkers around "
+            "the words; the first is the one `bench/turn_taking.py` plays). The VAD hears the "
+            f"end: a stop within {HEARD_WITHIN_S:g} s of the true end and no start on the "
+            f"talkers in the {QUIET_AFTER_S:g} s after it. No stop after the end: the VAD "
+            "stopped before it and never heard the rest (words lost), or never stopped."
         ),
         results_md=RESULTS_MD,
     )

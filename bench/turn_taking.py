@@ -26,9 +26,10 @@ paused English set, English short commands, answers, statements and unfinished s
 the same kinds in German, French and Spanish from espeak-ng), on each line of ``--noise``: clean,
 or white noise or babble made from the clean test speech (``tests.fakes.line_noise``) at 20
 and 10 dB below the speech, over the whole call (by phone: a noisy line is a phone line; the
-clean line by WebRTC too, with ``--transports``). Rows are per transport, language and line;
-a complete turn there is any turn the bot should answer at once (question, command, answer,
-finished statement). The offline recognizer is English-only
+clean line by WebRTC too, with ``--transports``); ``babble:20@3`` plays the third draw of the
+babble (other stretches of the talkers around the words; ``bench/talker_gate.py``). Rows are
+per transport, language and line; a complete turn there is any turn the bot should answer at
+once (question, command, answer, finished statement). The offline recognizer is English-only
 (tiny.en), so the German, French and Spanish rows test the audio decision (Smart Turn, the
 VAD) with whatever English words tiny.en makes of them; Voxtral would write their words.
 ``--recognizer reference`` puts a stand-in for Voxtral in tiny.en's place
@@ -38,7 +39,7 @@ turn decision with the words a multilingual recognizer gives it, and counts the 
 wrote: a tail the VAD never heard as speech, which no false end shows.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10]
+        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
 
@@ -252,21 +253,28 @@ class Row:
     recognizer: str = "tiny.en"
 
 
-Line = tuple[Noise, float] | None
-"""A noisy line: the noise and how far below the speech (dB); ``None``: a clean line."""
+Line = tuple[Noise, float, int] | None
+"""A noisy line: the noise, how far below the speech (dB) and which draw of it (from 0);
+``None``: a clean line."""
 
 
 def parse_line(text: str) -> Line:
     if text == "clean":
         return None
-    kind, _, snr = text.partition(":")
-    if kind not in NOISES or not snr:
-        raise ValueError(f"a line is 'clean' or NOISE:SNR_DB with NOISE in {NOISES}: {text!r}")
-    return kind, float(snr)  # type: ignore[return-value]
+    kind, _, level = text.partition(":")
+    snr, _, draw = level.partition("@")
+    if kind not in NOISES or not snr or (draw and not draw.isdigit()) or draw == "0":
+        raise ValueError(
+            f"a line is 'clean' or NOISE:SNR_DB[@DRAW] with NOISE in {NOISES} and DRAW from 1: "
+            f"{text!r}"
+        )
+    return kind, float(snr), int(draw or 1) - 1  # type: ignore[return-value]
 
 
 def line_name(noisy: Line) -> str:
-    return "clean" if noisy is None else f"{noisy[0]} {noisy[1]:g} dB"
+    if noisy is None:
+        return "clean"
+    return f"{noisy[0]} {noisy[1]:g} dB" + (f", draw {noisy[2] + 1}" if noisy[2] else "")
 
 
 async def play_phone(
@@ -283,7 +291,9 @@ async def play_phone(
     lead: list[str] = [SILENCE] * int(0.6 / FRAME_S)
     tail: list[str] = [SILENCE] * int(AFTER_S / FRAME_S)
     if noisy is not None:
-        before, pcm, after = line(pcm, 8000, noisy[0], noisy[1], before_s=0.6, after_s=AFTER_S)
+        before, pcm, after = line(
+            pcm, 8000, noisy[0], noisy[1], before_s=0.6, after_s=AFTER_S, draw=noisy[2]
+        )
         lead, tail = payloads(to_ulaw(before)), payloads(to_ulaw(after))
     async with websockets.connect(url, compression=None) as ws:
         caller = TwilioCaller(ws, f"CA{index:06d}", stream_sid=f"MZ{index:06d}")
@@ -701,7 +711,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--noise",
         default="clean,white:20,white:10,babble:20,babble:10",
-        help="the lines for --set extended: clean or white|babble:SNR_DB",
+        help="the lines for --set extended: clean or white|babble:SNR_DB[@DRAW]",
     )
     parser.add_argument(
         "--recognizer",

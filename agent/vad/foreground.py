@@ -11,8 +11,9 @@ a speech window is the caller's only when it is at least ``margin_db`` over the 
 or within ``margin_db`` of the caller's; anything else is someone else's.
 
 What the background is, is learned from the line while the caller is not talking (between
-turns, and under the bot's speech): every window there that is not the caller's (quiet,
-or refused) counts, and the share that Silero calls speech rises and falls over
+turns, and under the bot's speech), and inside a turn from a voice that has stayed far under
+the caller's level for a while (:data:`FAR_UNDER`): every window there that is not the
+caller's (quiet, or refused) counts, and the share that Silero calls speech rises and falls over
 ``BACKGROUND_S``. It falls at once (``QUIET_S``) on any window with no voice in it at all
 (:data:`NO_VOICE`), in the background or in a pause of the caller's: silence or hiss. The gate
 acts from a share of :data:`BACKGROUND_SPEECH` until it falls under
@@ -78,6 +79,22 @@ is unsure (confidence 0.3-0.5 for half a second at 20 dB), and a gate that let t
 lull restarted the VAD on them after the caller's turn."""
 
 
+FAR_UNDER = 2.0
+"""A voice this many margins (12 dB by default) under the caller's level, for
+:data:`FAR_UNDER_S` without a break, is the background's even inside a segment of the
+caller's speech. The background is learned between turns; but talkers the gate did not yet
+know when the VAD started (a caller who speaks within half a second of the call's start,
+talkers Silero was unsure of at first) hold the VAD in that segment for as long as they talk,
+so there is no quiet between turns to learn them in: on other draws of the bench's babble at
+20 dB, before this, a third of the turns never ended (``bench/results/talker_gate.md``)."""
+
+FAR_UNDER_S = 0.3
+"""Inside the caller's speech the line dips that far under them only for a consonant or a gap
+between words, under 0.2 s on the test speech (over all 53 utterances of the two turn-taking
+sets, clean and with white noise, the gate's share of background speech never rose by a
+window from it); after their last word the talkers go on."""
+
+
 class ForegroundTalker:
     """The caller's speech level on one call, what the line's background is, and whether a
     window that Silero calls speech is the caller's."""
@@ -103,6 +120,8 @@ class ForegroundTalker:
         self._talkers_behind = False
         self._background_rate = min(1.0, window_s / BACKGROUND_S)
         self._quiet_rate = min(1.0, window_s / QUIET_S)
+        self._window_s = window_s
+        self._far_under_s = 0.0  # how long the line has been far under the caller's level
 
     def is_caller(
         self,
@@ -129,7 +148,11 @@ class ForegroundTalker:
         db = 10.0 * math.log10(self._power + 1e-10)
         caller = speech and self._near_the_caller(db, 10.0 * math.log10(power + 1e-10))
         no_voice = confidence < NO_VOICE
-        if between_turns and not caller:
+        self._far_under_s = (
+            self._far_under_s + self._window_s if self._far_under_the_caller(db) else 0.0
+        )
+        left_behind = self._far_under_s >= FAR_UNDER_S
+        if (between_turns and not caller) or (voiced and left_behind):
             rate = self._quiet_rate if no_voice else self._background_rate
             self._background_speech += rate * (voiced - self._background_speech)
             if voiced:
@@ -145,6 +168,11 @@ class ForegroundTalker:
         elif self._background_speech < BACKGROUND_SPEECH_OFF:
             self._talkers_behind = False
         return caller
+
+    def _far_under_the_caller(self, db: float) -> bool:
+        """Whether the line's short-term level is so far under the caller's speech that a
+        voice in it is someone else's, even within the caller's turn."""
+        return self._level is not None and db < self._level - FAR_UNDER * self._margin
 
     def _near_the_caller(self, db: float, window_db: float) -> bool:
         """Whether a speech window at ``db`` (the line's short-term level; ``window_db``: the

@@ -5,7 +5,8 @@ line or a room carries it.
 The SNR is taken against the speech's own level (the RMS of its loud part, not of the pauses),
 so "10 dB" means the same for a short command as for a long sentence. Babble is other
 sentences of the test speech spoken over each other, offset in time, so it sounds like a room
-of people without being any one of them. Everything is drawn from a fixed seed.
+of people without being any one of them. Everything is drawn from a fixed seed (one per
+``draw``).
 """
 
 from __future__ import annotations
@@ -48,15 +49,24 @@ def noise(kind: Noise, samples: int, sample_rate: int, seed: int = 0) -> np.ndar
 
 
 def line(
-    pcm: bytes, sample_rate: int, kind: Noise, snr_db: float, *, before_s: float, after_s: float
+    pcm: bytes,
+    sample_rate: int,
+    kind: Noise,
+    snr_db: float,
+    *,
+    before_s: float,
+    after_s: float,
+    draw: int = 0,
 ) -> tuple[bytes, bytes, bytes]:
     """The call's audio on a noisy line: ``before_s`` of noise, the speech with noise, and
-    ``after_s`` of noise (as PCM16 bytes each), at ``snr_db`` below the speech's level."""
+    ``after_s`` of noise (as PCM16 bytes each), at ``snr_db`` below the speech's level.
+    ``draw`` picks another noise of the same kind (for babble: other stretches of the talkers
+    around the caller's words)."""
     speech = np.frombuffer(pcm, np.int16)
     lead, tail = int(before_s * sample_rate), int(after_s * sample_rate)
     padded = np.concatenate([np.zeros(lead, np.int16), speech, np.zeros(tail, np.int16)])
     level = speech_level(speech) / 10 ** (snr_db / 20)
-    mixed = padded.astype(np.float64) + level * noise(kind, len(padded), sample_rate)
+    mixed = padded.astype(np.float64) + level * noise(kind, len(padded), sample_rate, seed=draw)
     out = np.clip(np.round(mixed), -32768, 32767).astype(np.int16)
     return (
         out[:lead].tobytes(),

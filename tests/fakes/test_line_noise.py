@@ -28,6 +28,19 @@ def test_the_noise_is_the_declared_level_below_the_speech(kind: str, snr_db: flo
     assert again == (before, noisy, after)
 
 
+@pytest.mark.parametrize("kind", ["white", "babble"])
+def test_another_draw_is_another_noise_at_the_same_level(kind: str) -> None:
+    speech = speech_at("can you call me back tomorrow", 8000)
+    first = line(speech, 8000, kind, 20, before_s=1.0, after_s=1.0, draw=0)  # type: ignore[arg-type]
+    second = line(speech, 8000, kind, 20, before_s=1.0, after_s=1.0, draw=1)  # type: ignore[arg-type]
+    assert first[0] != second[0] and first[2] != second[2]
+    rms = [
+        np.sqrt(np.mean(np.frombuffer(d[0] + d[2], np.int16).astype(np.float64) ** 2))
+        for d in (first, second)
+    ]
+    assert 20 * np.log10(rms[0] / rms[1]) == pytest.approx(0, abs=0.5)
+
+
 def test_an_unknown_noise_is_refused() -> None:
     with pytest.raises(ValueError, match="white"):
         noise("pink", 100, 8000)  # type: ignore[arg-type]
