@@ -173,6 +173,30 @@ def test_talkers_heard_before_the_callers_first_word_are_not_taken_for_the_calle
     assert not any(feed(gate, -32, 2.0, voiced=True, in_turn=True)[SETTLE:])
 
 
+def test_talkers_from_the_calls_first_moment_are_known_within_half_a_second() -> None:
+    """Half a second of talkers Silero is sure of only two windows in three, then the caller
+    at once: the talkers are already known when the caller stops (before, the half-second
+    average had not yet reached them, and the VAD stayed in the caller's turn on them)."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    for _ in range(5):
+        assert not any(feed(gate, -32, 2 * WINDOW_S, voiced=True, loud=False, in_turn=False))
+        feed(gate, -33, WINDOW_S, voiced=False, confidence=0.35, in_turn=False)
+    assert all(feed(gate, -20, 1.0, voiced=True, in_turn=True))
+    after = feed(gate, -32, 1.0, voiced=True, in_turn=True)
+    assert False in after, "the talkers were taken for the caller"
+    refused_from = after.index(False)
+    assert refused_from * WINDOW_S <= 0.2, f"refused only after {refused_from * WINDOW_S} s"
+
+
+def test_one_soft_voiced_window_at_the_start_does_not_switch_the_gate_on() -> None:
+    """The caller's own first syllable, in the call's first window and too soft for the VAD's
+    volume test, is not talkers."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    feed(gate, -40, WINDOW_S, voiced=True, loud=False, in_turn=False)
+    assert all(feed(gate, -20, 0.5, voiced=True, in_turn=True))
+    assert all(feed(gate, -38, 0.25, voiced=True, in_turn=True))
+
+
 def test_a_caller_who_gets_quieter_is_heard_while_still_over_the_talkers() -> None:
     gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
     talkers_then_the_caller(gate)
