@@ -85,10 +85,9 @@ BACKGROUND_PRIOR = 4
 plain average of what has been heard, as if it had begun with this many windows with no
 voice (0.13 s): the half-second average alone starts from "no talkers" and needed 0.6 s of
 them, mostly voiced, to call them talkers, and a caller may speak within half a second of the
-call's start. On the bench's fourth draw of the babble at 10 dB the VAD then clipped the
-caller in 12 of 43 utterances (it learned the caller's level from the talkers, and stopped
-inside their words), 2 since; the prior keeps a single soft voiced window from switching the
-gate on by itself."""
+call's start. On the bench's fourth draw of the babble at 10 dB the VAD then stopped inside
+the caller's words and never heard the rest in 12 of 43 utterances, 2 since; the prior keeps a
+single soft voiced window from switching the gate on by itself."""
 
 FAR_UNDER = 2.0
 """A voice this many margins (12 dB by default) under the caller's level, for
@@ -101,9 +100,9 @@ so there is no quiet between turns to learn them in: on other draws of the bench
 
 FAR_UNDER_S = 0.3
 """Inside the caller's speech the line dips that far under them only for a consonant or a gap
-between words, under 0.2 s on the test speech (over all 53 utterances of the two turn-taking
-sets, clean and with white noise, the gate's share of background speech never rose by a
-window from it); after their last word the talkers go on."""
+between words, under 0.2 s on the test speech (on all 53 utterances of the two turn-taking
+sets, clean and with white noise, the VAD's states with the gate equal those without it);
+after their last word the talkers go on."""
 
 
 class ForegroundTalker:
