@@ -185,7 +185,7 @@ def offline_vad_bench(
 DRAWS = 4
 """Draws of the babble by default: one draw is one set of moments where the talkers happen to
 be loud around the caller's words, and the first alone made the gate look better than it was
-(``bench/results/talker_gate.md``, 2026-12-06 evening)."""
+(``bench/results/talker_gate.md``, first section)."""
 
 
 def main(argv: list[str]) -> int:

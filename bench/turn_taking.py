@@ -303,19 +303,10 @@ async def play_phone(
         if reference is not None:
             reference.play(utterance, began)
         await caller.send(payloads(to_ulaw(pcm)))
-        true_end = began + end_s
         await caller.send(tail)
         await caller.stop()
         await caller.close()
-    answer = caller.first_loud(true_end)
-    return Outcome(
-        utterance,
-        end_s,
-        false_ends=answer_starts(caller.loud_at, began, true_end),
-        answered_after_s=None if answer is None else answer - true_end,
-        waits=taken_waits(),
-        words_unwritten=None if reference is None else reference.unwritten,
-    )
+    return heard_in_call(utterance, end_s, began, caller.loud_at, reference)
 
 
 async def play_webrtc(
@@ -345,11 +336,23 @@ async def play_webrtc(
         if reference is not None:
             reference.play(utterance, began)
         client.mic.say(pcm)
-        true_end = began + end_s
         await asyncio.sleep(end_s + AFTER_S)
     finally:
         await client.close()
-    loud_at = list(client.loud_at)
+    return heard_in_call(utterance, end_s, began, list(client.loud_at), reference)
+
+
+def heard_in_call(
+    utterance: Utterance,
+    end_s: float,
+    began: float,
+    loud_at: list[float],
+    reference: ReferenceWords | None,
+) -> Outcome:
+    """What one call heard of an utterance spoken from ``began`` (the caller's clock), the
+    bot's audio loud at ``loud_at``: answers before its true end, the first one after it, how
+    the strategy ended its turns, and the words the stand-in never wrote."""
+    true_end = began + end_s
     answer = next((t for t in loud_at if t >= true_end), None)
     return Outcome(
         utterance,
