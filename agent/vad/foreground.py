@@ -18,8 +18,9 @@ calls speech rises and falls over ``BACKGROUND_S`` (faster at first:
 :data:`BACKGROUND_PRIOR`). It falls at once (``QUIET_S``) on any window with no voice in it at
 all (:data:`NO_VOICE`), in the background or in a pause of the caller's: silence or hiss. The
 gate acts from a share of :data:`BACKGROUND_SPEECH` until it falls under
-:data:`BACKGROUND_SPEECH_OFF`, so the talkers' lulls do not let them in. The talkers' level is
-the average level of the voiced windows among them.
+:data:`BACKGROUND_SPEECH_OFF`, so the talkers' lulls do not let them in; and on a line that has
+had talkers, a voice far under the caller starts no turn even where a lull has switched the
+gate off. The talkers' level is the average level of the voiced windows among them.
 
 The caller's own speech never counts as background: a first form that learned it from the
 windows under the caller's level let the soft, fading syllables of a clean phrase switch the
@@ -101,8 +102,12 @@ so there is no quiet between turns to learn them in: on other draws of the bench
 FAR_UNDER_S = 0.3
 """Inside the caller's speech the line dips that far under them only for a consonant or a gap
 between words, under 0.2 s on the test speech (on all 53 utterances of the two turn-taking
-sets, clean and with white noise, the VAD's states with the gate equal those without it);
-after their last word the talkers go on."""
+sets, clean and with white noise, the VAD's states with the gate equal those without it; a
+voice Silero is sure of that far under the caller, 0.13 s at most); after their last word the
+talkers go on. A voice Silero is sure of all that time is talkers at once: the gate acts from
+the next window, not once their share of the background has climbed to
+:data:`BACKGROUND_SPEECH` (on the bench's third and fourth draws of the babble at 20 dB, the
+turn that never ended and a French "Arrêtez" that ended after the call, now end)."""
 
 
 class ForegroundTalker:
@@ -129,10 +134,13 @@ class ForegroundTalker:
         self._background_speech = 0.0  # the share of the background Silero calls speech
         self._background_heard = 0  # windows of the background heard so far
         self._talkers_behind = False
+        self._talkers_heard = False  # the background has been talkers at some point in the call
         self._background_rate = min(1.0, window_s / BACKGROUND_S)
         self._quiet_rate = min(1.0, window_s / QUIET_S)
         self._window_s = window_s
         self._far_under_s = 0.0  # how long the line has been far under the caller's level
+        self._voice_under_s = 0.0  # ... with a voice in it that Silero is sure of
+        self._handed_over = True  # the caller's voice went over to it with no voiceless break
 
     def is_caller(
         self,
@@ -157,12 +165,13 @@ class ForegroundTalker:
             power if self._power is None else self._power + self._smooth * (power - self._power)
         )
         db = 10.0 * math.log10(self._power + 1e-10)
-        caller = speech and self._near_the_caller(db, 10.0 * math.log10(power + 1e-10))
+        window_db = 10.0 * math.log10(power + 1e-10)
+        caller = speech and self._near_the_caller(db, window_db, between_turns)
         no_voice = confidence < NO_VOICE
-        self._far_under_s = (
-            self._far_under_s + self._window_s if self._far_under_the_caller(db) else 0.0
-        )
+        self._time_far_under(db, window_db, voiced=voiced, no_voice=no_voice)
         left_behind = self._far_under_s >= FAR_UNDER_S
+        if self._voice_under_s >= FAR_UNDER_S and not between_turns:
+            self._background_speech = max(self._background_speech, BACKGROUND_SPEECH)
         if (between_turns and not caller) or (voiced and left_behind):
             self._background_heard += 1
             rate = max(
@@ -178,20 +187,58 @@ class ForegroundTalker:
                 )
         elif no_voice and self._level is not None and db < self._level - self._margin:
             self._background_speech -= self._quiet_rate * self._background_speech
+        if self._background_speech >= BACKGROUND_SPEECH_OFF:
+            self._talkers_heard = True
         if self._background_speech >= BACKGROUND_SPEECH:
             self._talkers_behind = True
         elif self._background_speech < BACKGROUND_SPEECH_OFF:
             self._talkers_behind = False
         return caller
 
+    def _time_far_under(self, db: float, window_db: float, *, voiced: bool, no_voice: bool) -> None:
+        """Time how long the line has stayed far under the caller's level (and with a voice
+        Silero is sure of) since the caller's voice went over to it, for :data:`FAR_UNDER_S`.
+
+        A stretch counts from the caller's voice, and only while no window in it has no voice
+        at all: one that began in, or went through, silence or hiss is a pause of the
+        caller's, and what follows may be the caller again, softer (before, a caller who
+        came back 20 dB softer after a pause on a quiet line was taken for talkers within half
+        a second)."""
+        far_under = self._far_under_the_caller(db)
+        if no_voice:
+            self._handed_over = False
+        elif voiced and not self._far_under_the_caller(window_db):
+            self._handed_over = True  # the caller's voice (the short-term level lags it)
+        if not (far_under and self._handed_over):
+            self._far_under_s = self._voice_under_s = 0.0
+            return
+        self._far_under_s += self._window_s
+        self._voice_under_s = self._voice_under_s + self._window_s if voiced else 0.0
+
     def _far_under_the_caller(self, db: float) -> bool:
         """Whether the line's short-term level is so far under the caller's speech that a
         voice in it is someone else's, even within the caller's turn."""
         return self._level is not None and db < self._level - FAR_UNDER * self._margin
 
-    def _near_the_caller(self, db: float, window_db: float) -> bool:
+    def _talkers_in_a_lull(self, db: float, window_db: float) -> bool:
+        """Whether a voice that would start a turn is the talkers', heard in a lull of the gate.
+
+        The gate goes off in the talkers' lulls (a quarter second of windows with no voice at
+        all), and after the caller's last word on the bench's fourth draw of the babble at
+        20 dB the talkers then started the VAD in 17 of 43 utterances, 20-25 dB under the
+        caller: a call takes them for the caller and holds the turn on them. So on a line
+        that has had talkers on it (their share of the background has reached
+        :data:`BACKGROUND_SPEECH_OFF` at some point in the call), a voice :data:`FAR_UNDER`
+        margins under the caller's level starts no turn, by the line's short-term level and
+        the window's own (the short-term level lags a soft first syllable after a pause). On
+        lines that never had talkers (clean, white noise) this never acts."""
+        return self._talkers_heard and self._far_under_the_caller(max(db, window_db))
+
+    def _near_the_caller(self, db: float, window_db: float, between_turns: bool) -> bool:
         """Whether a speech window at ``db`` (the line's short-term level; ``window_db``: the
         window's own) is the caller's, learning their level from it."""
+        if between_turns and self._talkers_in_a_lull(db, window_db):
+            return False
         if self._talkers_behind:
             above_talkers = self._talkers is not None and window_db >= self._talkers + self._margin
             near_caller = self._level is not None and db >= self._level - self._margin

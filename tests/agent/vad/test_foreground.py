@@ -130,6 +130,55 @@ def test_talkers_heard_only_inside_the_callers_turn_are_refused_once_they_go_on_
     assert not any(after[refused_from:]), "the talkers were heard again"
 
 
+def test_a_voice_far_under_the_caller_for_a_while_is_refused_from_the_next_window() -> None:
+    """Silero sure of a voice 12 dB under the caller for 0.3 s: talkers, and the gate acts at
+    once rather than once their share of the background has climbed to half (0.9 s into them
+    before; two turns on the bench's babble at 20 dB never ended)."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    a_quiet_line_then_the_caller(gate, caller_s=1.5)
+    after = feed(gate, -38, 2.0, voiced=True, in_turn=True)
+    assert False in after, "the talkers were taken for the caller for as long as they talked"
+    # The line's 0.1 s average takes about 0.22 s to fall 12 dB under the caller, then 0.3 s.
+    refused_from = after.index(False)
+    assert refused_from * WINDOW_S <= 0.6, f"refused only after {refused_from * WINDOW_S} s"
+
+
+def test_talkers_in_a_lull_of_the_gate_start_no_turn_far_under_the_caller() -> None:
+    """The talkers' voices dip for a quarter second (no voice at all), which switches the gate
+    off; they come back 18 dB under the caller, and still start no turn (before, they did, in
+    17 of 43 utterances on the bench's fourth draw of the babble at 20 dB)."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    talkers_then_the_caller(gate, caller_db=-14)
+    feed(gate, -36, 0.3, voiced=False, confidence=0.05, in_turn=False)
+    assert not any(feed(gate, -32, 1.0, voiced=True, in_turn=False))
+
+
+@pytest.mark.parametrize("pause_s", [0.15, 0.6])
+def test_on_a_quiet_line_a_caller_back_much_softer_after_a_pause_is_still_the_caller(
+    pause_s: float,
+) -> None:
+    """A voice far under the caller's level is someone else's only where it took over from the
+    caller with no voiceless break, and starts no turn only where someone else has been heard:
+    on a quiet line, a caller 20 dB softer after a pause (within the turn, or after its end)
+    is still the caller (before, taken for talkers within half a second)."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    a_quiet_line_then_the_caller(gate, caller_s=1.0)
+    between_turns = pause_s > 0.2  # the VAD stopped in the pause
+    feed(gate, -90, pause_s, voiced=False, in_turn=not between_turns)
+    if between_turns:
+        assert all(feed(gate, -40, 0.1, voiced=True, in_turn=False)), "no turn started"
+    assert all(feed(gate, -40, 2.0, voiced=True, in_turn=True))
+
+
+def test_a_soft_first_syllable_after_a_pause_starts_a_turn_where_talkers_were_heard() -> None:
+    """After a quiet pause the line's short-term level lags the caller's first syllable by 5 dB
+    and more; the window's own level, 10 dB under the caller, is what counts."""
+    gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
+    talkers_then_the_caller(gate, caller_db=-14)
+    feed(gate, -90, 0.5, voiced=False, in_turn=False)  # the talkers stopped too
+    assert all(feed(gate, -24, 0.2, voiced=True, in_turn=False))
+
+
 def test_talkers_within_the_callers_turn_but_near_their_level_are_not_learned() -> None:
     """Under 12 dB beneath the caller, a voice inside the turn may be the caller's own softer
     speech: it is never learned as the background there (the price of never mistaking it)."""
