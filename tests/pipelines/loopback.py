@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pipecat.frames.frames import InputAudioRawFrame, OutputAudioRawFrame, StartFrame
 from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
@@ -20,6 +21,8 @@ from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 RATE = 16_000
 CHUNK_BYTES = RATE * 2 * 20 // 1000  # 20 ms
+VOICED_PEAK = 300
+"""A frame whose peak is over this is speech (the trim threshold of the test speech)."""
 
 
 class LoopbackInput(BaseInputTransport):
@@ -43,7 +46,11 @@ class LoopbackInput(BaseInputTransport):
         await super().cleanup()
 
     async def say(self, pcm: bytes) -> float:
-        """Queue 16 kHz PCM16 speech; returns the moment its last 20 ms frame went in."""
+        """Queue 16 kHz PCM16 speech; returns the moment its last voiced 20 ms frame went in:
+        the end of the speech. A clip's own quiet after it (0.43 s in espeak-ng's "what time
+        is it in paris") is the line after the speech, and a fast answer starts inside it: on
+        a loaded CI machine most of a 0.5 s answer once played before the clip's last frame
+        went in, and a test that listened from there heard too little of it."""
         done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._pending.append((pcm, done))
         return await done
@@ -58,14 +65,18 @@ class LoopbackInput(BaseInputTransport):
                 chunks = [pcm[i : i + CHUNK_BYTES] for i in range(0, len(pcm), CHUNK_BYTES)]
             else:
                 chunks, done = [silence], None
+            voiced_at = None
             for chunk in chunks:
                 await self.push_audio_frame(
                     InputAudioRawFrame(chunk.ljust(CHUNK_BYTES, b"\0"), RATE, 1)
                 )
+                samples = np.frombuffer(chunk, "<i2").astype(np.int32)
+                if np.abs(samples).max(initial=0) > VOICED_PEAK:
+                    voiced_at = time.monotonic()
                 sent += 1
                 await asyncio.sleep(max(0.0, started + sent * 0.02 - time.monotonic()))
             if done is not None and not done.done():
-                done.set_result(time.monotonic())
+                done.set_result(voiced_at or time.monotonic())
 
 
 @dataclass
