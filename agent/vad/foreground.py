@@ -75,9 +75,10 @@ end)."""
 BACKGROUND_SPEECH = 0.3
 """The gate starts to act once this share of the background is speech: other talkers. Four
 talkers 20 dB under the caller are speech to Silero in only about half of their windows, and
-on two of the bench's four draws of that babble the share hovered just under a half (0.49)
-before the caller spoke, so the gate learned them only after the caller's last word, and the
-VAD heard the end 0.31 and 0.39 s after it (p50), against 0.19-0.21 s on the other two draws
+on two of the bench's four draws of that babble the share stood under a half when the caller
+spoke (median 0.49 and 0.33 over its 43 utterances; 0.74 and 0.75 on the other two), so the
+gate learned them only after the caller's last word, and the VAD heard the end 0.31 and
+0.39 s after it (p50), against 0.19-0.21 s on the other two draws
 (``bench/results/talker_gate.md``); from 0.3, 0.20 and 0.24 s after it, and whole calls on
 those draws were answered 27-467 ms sooner (p50). On quiet and hissing lines the share stays
 far under either (their windows have no voice at all), and nothing changed on them or at
