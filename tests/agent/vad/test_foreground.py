@@ -52,6 +52,15 @@ def feed(
     ]
 
 
+def refused_within(after: list[bool], seconds: float, what: str) -> int:
+    """Assert that the gate's answers ``after`` refuse the talkers within ``seconds`` (``what``
+    says how it failed otherwise); returns the first refused window."""
+    assert False in after, what
+    refused_from = after.index(False)
+    assert refused_from * WINDOW_S <= seconds, f"refused only after {refused_from * WINDOW_S} s"
+    return refused_from
+
+
 def talkers_then_the_caller(gate: ForegroundTalker, caller_db: float = -20) -> None:
     """A second of talkers at -32 dB while the caller is quiet (too soft for the VAD to start
     on), then the caller at ``caller_db`` for 1.5 s."""
@@ -101,8 +110,7 @@ def test_talkers_behind_the_caller_are_refused_once_the_caller_stops(caller_db: 
     talkers_then_the_caller(gate, caller_db)
     # The caller stops; the talkers go on, now loud enough for the VAD's volume test.
     after = feed(gate, -32, 2.0, voiced=True, in_turn=True)
-    refused_from = after.index(False)
-    assert refused_from * WINDOW_S <= 0.2, f"refused only after {refused_from * WINDOW_S} s"
+    refused_from = refused_within(after, 0.2, "the talkers were taken for the caller")
     assert not any(after[refused_from:]), "the talkers were heard again"
 
 
@@ -126,10 +134,10 @@ def test_talkers_heard_only_inside_the_callers_turn_are_refused_once_they_go_on_
     gate = ForegroundTalker(margin_db=6, window_s=WINDOW_S)
     a_quiet_line_then_the_caller(gate, caller_s=1.5)
     after = feed(gate, -38, 2.0, voiced=True, in_turn=True)
-    assert False in after, "the talkers were taken for the caller for as long as they talked"
     # The line's 0.1 s average takes about 0.22 s to fall 12 dB under the caller, then 0.3 s.
-    refused_from = after.index(False)
-    assert refused_from * WINDOW_S <= 0.6, f"refused only after {refused_from * WINDOW_S} s"
+    refused_from = refused_within(
+        after, 0.6, "the talkers were taken for the caller for as long as they talked"
+    )
     assert not any(after[refused_from:]), "the talkers were heard again"
 
 
@@ -222,9 +230,7 @@ def test_talkers_from_the_calls_first_moment_are_known_within_half_a_second() ->
         feed(gate, -33, WINDOW_S, voiced=False, confidence=0.35, in_turn=False)
     assert all(feed(gate, -20, 1.0, voiced=True, in_turn=True))
     after = feed(gate, -32, 1.0, voiced=True, in_turn=True)
-    assert False in after, "the talkers were taken for the caller"
-    refused_from = after.index(False)
-    assert refused_from * WINDOW_S <= 0.2, f"refused only after {refused_from * WINDOW_S} s"
+    refused_within(after, 0.2, "the talkers were taken for the caller")
 
 
 def test_talkers_silero_is_sure_of_only_half_the_time_are_known_before_the_caller_speaks() -> None:
@@ -246,9 +252,7 @@ def test_talkers_silero_is_sure_of_only_half_the_time_are_known_before_the_calle
             )
     assert all(feed(gate, -20, 1.0, voiced=True, in_turn=True))
     after = feed(gate, -33, 1.0, voiced=True, in_turn=True)
-    assert False in after, "the talkers were taken for the caller"
-    refused_from = after.index(False)
-    assert refused_from * WINDOW_S <= 0.2, f"refused only after {refused_from * WINDOW_S} s"
+    refused_within(after, 0.2, "the talkers were taken for the caller")
 
 
 def test_one_soft_voiced_window_at_the_start_does_not_switch_the_gate_on() -> None:
