@@ -19,10 +19,10 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
+from tests.fakes.paused_speech import TRIM_PEAK
+
 RATE = 16_000
 CHUNK_BYTES = RATE * 2 * 20 // 1000  # 20 ms
-VOICED_PEAK = 300
-"""A frame whose peak is over this is speech (the trim threshold of the test speech)."""
 
 
 class LoopbackInput(BaseInputTransport):
@@ -70,13 +70,16 @@ class LoopbackInput(BaseInputTransport):
                 await self.push_audio_frame(
                     InputAudioRawFrame(chunk.ljust(CHUNK_BYTES, b"\0"), RATE, 1)
                 )
-                samples = np.frombuffer(chunk, "<i2").astype(np.int32)
-                if np.abs(samples).max(initial=0) > VOICED_PEAK:
+                if done is not None and _peak(chunk) > TRIM_PEAK:  # speech, not its quiet
                     voiced_at = time.monotonic()
                 sent += 1
                 await asyncio.sleep(max(0.0, started + sent * 0.02 - time.monotonic()))
             if done is not None and not done.done():
                 done.set_result(voiced_at or time.monotonic())
+
+
+def _peak(chunk: bytes) -> int:
+    return int(np.abs(np.frombuffer(chunk, "<i2").astype(np.int32)).max(initial=0))
 
 
 @dataclass
