@@ -9,6 +9,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import tempfile
 import wave
 from functools import cache
 from pathlib import Path
@@ -59,22 +60,30 @@ def speak(text: str, *, voice: str = "espeak") -> PcmAudio:
         name += "_" + hashlib.sha1(text.encode()).hexdigest()[:8]
     path = CACHE_DIR / f"{name}_{tag}.wav"
     if not path.exists():
-        if voice == "espeak" or voice.startswith("espeak:"):
-            language, _, rate = (voice.partition(":")[2] or "en-us").partition("@")
-            command = ["espeak-ng", "-v", language, "-s", rate or "140", "-w", str(path), text]
-            subprocess.run(command, check=True, capture_output=True)
-        elif voice == "piper":
-            from piper import SynthesisConfig
-
-            partial = path.with_suffix(".partial")
-            with wave.open(str(partial), "wb") as wav:
-                piper_voice().synthesize_wav(
-                    text, wav, SynthesisConfig(noise_scale=0, noise_w_scale=0)
-                )
+        # Parallel test workers may make the same file at once: each writes its own
+        # temporary file and renames it into place, so nobody reads half a file.
+        with tempfile.NamedTemporaryFile(dir=CACHE_DIR, suffix=".partial", delete=False) as tmp:
+            partial = Path(tmp.name)
+        try:
+            _synthesize(text, voice, partial)
             partial.replace(path)
-        else:
-            raise ValueError(f"unknown voice {voice!r}")
+        finally:
+            partial.unlink(missing_ok=True)
     return read_wav(path)
+
+
+def _synthesize(text: str, voice: str, path: Path) -> None:
+    if voice == "espeak" or voice.startswith("espeak:"):
+        language, _, rate = (voice.partition(":")[2] or "en-us").partition("@")
+        command = ["espeak-ng", "-v", language, "-s", rate or "140", "-w", str(path), text]
+        subprocess.run(command, check=True, capture_output=True)
+    elif voice == "piper":
+        from piper import SynthesisConfig
+
+        with wave.open(str(path), "wb") as wav:
+            piper_voice().synthesize_wav(text, wav, SynthesisConfig(noise_scale=0, noise_w_scale=0))
+    else:
+        raise ValueError(f"unknown voice {voice!r}")
 
 
 def speech_at(text: str, sample_rate: int, channels: int = 1, *, voice: str = "espeak") -> bytes:
