@@ -171,6 +171,11 @@ class TTSSettings(_Section):
     voice: str = "af_heart"
     api_key: str = "not-needed"
     sample_rate: int = Field(default=22050, gt=0)
+    trim_lead_in: bool = Field(
+        default=True,
+        description="Cut the quiet before an answer's first sound (Piper puts 25-60 ms there, "
+        "which a carrier plays before the first word): agent/lead_in.py.",
+    )
 
 
 DEFAULT_TRANSLATION_INSTRUCTION = (

@@ -28,6 +28,7 @@ from pipecat.services.settings import TTSSettings as PipecatTTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from agent.first_clause import FirstClauseTextAggregator, RealTimeFactor
+from agent.lead_in import LeadInTrimmer
 from agent.local.piper_server import SYNTHESIZE_PATH, PiperUnavailable, voice_name
 from agent.stt.channels import bearer_auth
 
@@ -48,6 +49,7 @@ class HTTPSpeechService(TTSService):
         voice: str | None,
         headers: dict[str, str] | None = None,
         request_timeout_s: float = 30.0,
+        trim_lead_in: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -60,6 +62,8 @@ class HTTPSpeechService(TTSService):
         self._headers = headers or {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None
+        self._trim_lead_in = trim_lead_in
+        self._answer_with_lead_in_cut: str | None = None
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -99,9 +103,14 @@ class HTTPSpeechService(TTSService):
                     return
                 await self.start_tts_usage_metrics(text)
                 chunks = _iter_chunks(response)
+                lead_in = self._lead_in_trimmer(context_id)
                 async for frame in self._stream_audio_frames_from_iterator(
                     chunks, context_id=context_id, **self.audio_format()
                 ):
+                    if lead_in is not None and isinstance(frame, TTSAudioRawFrame):
+                        _cut_lead_in(frame, lead_in)
+                        if not frame.audio:
+                            continue
                     await self.stop_ttfb_metrics()
                     yield frame
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -111,6 +120,19 @@ class HTTPSpeechService(TTSService):
             )
         finally:
             await self.stop_ttfb_metrics()
+
+    def _lead_in_trimmer(self, context_id: str) -> LeadInTrimmer | None:
+        """A trimmer for an answer's first request (Pipecat keeps one context id per answer);
+        None for its later sentences, whose quiet is the pause between them."""
+        if not self._trim_lead_in or context_id == self._answer_with_lead_in_cut:
+            return None
+        self._answer_with_lead_in_cut = context_id
+        return LeadInTrimmer()
+
+
+def _cut_lead_in(frame: TTSAudioRawFrame, lead_in: LeadInTrimmer) -> None:
+    frame.audio = lead_in.cut(frame.audio, frame.sample_rate, frame.num_channels)
+    frame.num_frames = len(frame.audio) // (2 * frame.num_channels)
 
 
 async def _iter_chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

@@ -160,6 +160,7 @@ def tts_service(settings: TTSSettings) -> TTSService:
             base_url=settings.base_url,
             voice=packaged_piper_voice(),
             sample_rate=settings.sample_rate,
+            trim_lead_in=settings.trim_lead_in,
         )
     logger.debug(f"TTS: OpenAI-compatible speech at {settings.base_url} ({settings.model})")
     return OpenAISpeechService(
@@ -168,6 +169,7 @@ def tts_service(settings: TTSSettings) -> TTSService:
         voice=settings.voice,
         api_key=settings.api_key,
         sample_rate=settings.sample_rate,
+        trim_lead_in=settings.trim_lead_in,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,3 +129,48 @@ async def test_piper_speaks_an_answers_first_clause_before_the_rest(piper_url: s
     spoken = [f.text for f in down if type(f) is AggregatedTextFrame]  # not TTSTextFrames
     assert spoken == ["You said:", "turn on the lights.", "Then wait."]
     audio_of(list(down))
+
+
+class SteadyPiper(PiperHTTPTTSService):
+    """Piper without its sampling noise: each request answers the same audio every time."""
+
+    def request_body(self, text: str) -> dict[str, Any]:
+        return {**super().request_body(text), "noise_scale": 0, "noise_w_scale": 0}
+
+
+@requires_piper_http
+async def test_an_answer_sounds_from_its_first_audio_not_after_pipers_lead_in(
+    piper_url: str,
+) -> None:
+    """Piper starts each WAV with ~50 ms of quiet, played in real time before the first word:
+    the answer's first audio is cut to its sound, its later sentences keep their pause."""
+
+    async def answer(trim: bool) -> list[np.ndarray]:
+        service = SteadyPiper(base_url=piper_url, voice=voice_name(), trim_lead_in=trim)
+        tokens = ["You", " said:", " turn", " on", " the", " lights."]
+        down, _ = await run_test(
+            service,
+            frames_to_send=[
+                LLMFullResponseStartFrame(),
+                *(LLMTextFrame(token) for token in tokens),
+                LLMFullResponseEndFrame(),
+            ],
+        )
+        by_request: dict[int, list[bytes]] = {}
+        request = -1
+        for frame in down:
+            if type(frame) is AggregatedTextFrame:
+                request += 1
+            elif isinstance(frame, TTSAudioRawFrame):
+                by_request.setdefault(request, []).append(frame.audio)
+        return [np.frombuffer(b"".join(chunks), "<i2") for chunks in by_request.values()]
+
+    def lead_in_ms(samples: np.ndarray) -> float:
+        return 1000 * int(np.argmax(np.abs(samples.astype(np.int32)) > 300)) / 22050
+
+    cut, whole = await answer(trim=True), await answer(trim=False)
+    assert len(cut) == len(whole) == 2  # "You said:" and "turn on the lights."
+    assert lead_in_ms(whole[0]) > 30  # Piper's own lead-in, the reason for the cut
+    assert lead_in_ms(cut[0]) < 20  # 5 ms kept, then the onset's rise to a loud sample
+    assert np.array_equal(cut[0], whole[0][len(whole[0]) - len(cut[0]) :])  # only quiet went
+    assert np.array_equal(cut[1], whole[1])  # the pause before the rest stays
