@@ -4,7 +4,11 @@ A Twilio Media Streams caller (``tests/fakes/twilio_caller.py``: 20 ms 8 kHz μ-
 real-time pace, silence between questions, as Twilio sends) talks to our server
 (``agent.server.create_app``, the product's pipeline) over ``WS /telephony/twilio/ws``. For
 each turn the caller notes when the question's last speech frame left it and when the first
-loud ``media`` frame came back: that gap is the voice-to-voice latency the caller hears.
+loud ``media`` frame was heard: that gap is the voice-to-voice latency the caller hears. Heard,
+not arrived: Twilio plays media in order at real time, and Pipecat's output sends the first
+80 ms of an answer at once, so quiet at the head of an answer is heard before its first loud
+frame however soon that frame arrived (``TwilioCaller.heard_at``; until 2026-12-06 19:10 this
+bench timed the arrival, which hid Piper's 25-60 ms lead-in).
 
 The stages in between are the product's own: the turn-latency observer the server attaches
 to every call (:mod:`agent.observability.turn_latency`) logs one ``turn_latency`` line per
@@ -15,7 +19,7 @@ turn with each stage's time from the end of speech, and this bench reads those l
                   → LLM first token  turn end, context aggregation, the LLM's first LLMTextFrame
                   → TTS first audio  sentence aggregation, synthesis, first TTSAudioRawFrame
                   → transport out    BotStartedSpeakingFrame (the output transport writes audio)
-                  → caller hears     serializer, WebSocket, the caller's decoding
+                  → caller hears     serializer, WebSocket, the quiet played before it
 
 Client and server share one process and ``time.monotonic``. The observer's stages are timed
 from its own estimate of the end of speech (the VAD stop minus ``stop_secs``); the observer
@@ -108,7 +112,7 @@ LABELS = {
     "llm_first_token": "LLM first token (final → first LLMTextFrame)",
     "tts_first_audio": "TTS first audio (first token → first TTSAudioRawFrame)",
     "first_audio_out": "transport out (TTS audio → BotStartedSpeaking)",
-    "heard": "to the caller (transport out → first loud media frame)",
+    "heard": "to the caller (transport out → first loud frame heard)",
 }
 MARKS = (*STAGES, "heard")
 """The product's stages in order, then the caller hearing the answer."""
@@ -261,10 +265,10 @@ def timeline(
     on the caller's clock by the moment the observer logged the answered turn."""
     marks: dict[str, float] = {}
     if lines is None:  # the stock bot: only what the caller hears
-        heard = caller.first_loud(speech_end)
+        heard = caller.first_heard(speech_end)
         if heard is None:
             return Turn("", marks, "no loud audio at the caller")
-        early = caller.first_loud(speech_start)
+        early = caller.first_heard(speech_start)
         marks["heard"] = heard - speech_end
         problem = "bot audio started before the question ended" if early != heard else None
         return Turn("", marks, problem)
@@ -278,7 +282,7 @@ def timeline(
         if ms is None:
             return Turn("", marks, f"no {stage}")
         marks[stage] = out_at - (out_ms - ms) / 1e3 - speech_end
-    heard = caller.first_loud(out_at)
+    heard = caller.first_heard(out_at)
     if heard is None:
         return Turn("", marks, "no loud audio at the caller")
     marks["heard"] = heard - speech_end

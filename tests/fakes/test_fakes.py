@@ -275,3 +275,33 @@ async def test_the_caller_speaks_twilios_protocol_at_real_time_pace() -> None:
     assert all(m["streamSid"] == "MZ42" for m in received[1:])
     assert 0.18 <= arrived[12] - arrived[2] < 0.4  # 10 gaps of 20 ms
     assert received[-1]["stop"]["callSid"] == "CA42"
+
+
+async def test_the_caller_hears_a_loud_frame_after_the_quiet_sent_ahead_of_it() -> None:
+    """Twilio plays media in order at real time: three quiet frames sent at once with a loud
+    one are heard 60 ms before it; a ``clear`` drops what had not been played."""
+    quiet = base64.b64encode(b"\xff" * FRAME_BYTES).decode()
+    loud = base64.b64encode(b"\x00" * FRAME_BYTES).decode()  # μ-law 0x00: full scale
+
+    def media(payload: str) -> str:
+        return json.dumps({"event": "media", "streamSid": "MZ1", "media": {"payload": payload}})
+
+    async def server(ws: ServerConnection) -> None:
+        for payload in (quiet, quiet, quiet, loud):
+            await ws.send(media(payload))
+        await asyncio.sleep(0.3)  # all played: the next answer plays from its arrival
+        for payload in (loud, *[quiet] * 20, loud):
+            await ws.send(media(payload))
+        await ws.send(json.dumps({"event": "clear", "streamSid": "MZ1"}))
+        await asyncio.sleep(0.1)
+
+    async with serve(server, "127.0.0.1", 0) as running:
+        async with connect(f"ws://127.0.0.1:{running.sockets[0].getsockname()[1]}") as ws:
+            caller = TwilioCaller(ws)
+            await asyncio.wait_for(caller.closed.wait(), 5)
+
+    assert len(caller.loud_at) == 3
+    first, second = caller.heard_at  # the loud frame behind 20 quiet ones was cleared unplayed
+    assert first - caller.loud_at[0] == pytest.approx(0.06, abs=0.01)
+    assert second == pytest.approx(caller.loud_at[1], abs=0.01)
+    assert caller.first_heard(first + 0.001) == second

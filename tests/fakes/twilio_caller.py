@@ -14,8 +14,9 @@ A transfer (the call updated with ``<Dial>`` through the REST API, see
 sends ``stop`` and closes the socket (1000), and remembers where the call went.
 
 The caller records what the server sends back: every event (unless ``keep_events=False``,
-for load tests), ``media`` counts and bytes, when loud audio arrived, and how much media had
-come when each ``clear`` did. Times are ``time.monotonic()``.
+for load tests), ``media`` counts and bytes, when loud audio arrived and when it was heard
+(played in order at real time), and how much media had come when each ``clear`` did. Times
+are ``time.monotonic()``.
 
 Pacing: :meth:`TwilioCaller.send` sends one frame every 20 ms. Back-to-back sends continue
 one cadence; after a pause the cadence restarts. :meth:`TwilioCaller.pace_from` fixes one
@@ -128,6 +129,13 @@ class TwilioCaller:
         self.media_bytes = 0
         self.media_at_clear: list[int] = []
         self.loud_at: list[float] = []
+        self.heard_at: list[float] = []
+        """When each loud frame is heard: Twilio plays media in order at real time from its
+        arrival, and a server may send ahead of real time (Pipecat's sends an answer's first
+        80 ms at once, the rest at twice real time), so a loud frame behind quiet ones is
+        heard after it arrives.
+        A ``clear`` drops what had not been played."""
+        self._playing_until = 0.0
         self.max_late_s = 0.0
         self.audio = bytearray()
         """Every μ-law byte the server sent (when ``keep_events``), e.g. to hear key tones."""
@@ -282,6 +290,10 @@ class TwilioCaller:
         """When the first loud media frame arrived in ``[after, before)``."""
         return next((t for t in self.loud_at if after <= t < before), None)
 
+    def first_heard(self, after: float, before: float = math.inf) -> float | None:
+        """When the first loud frame heard in ``[after, before)`` began to play."""
+        return next((t for t in self.heard_at if after <= t < before), None)
+
     async def close(self) -> None:
         """Stop reading (the socket is the opener's to close)."""
         self._reader.cancel()
@@ -296,12 +308,19 @@ class TwilioCaller:
                     ulaw = base64.b64decode(event["media"]["payload"])
                     self.media_received += 1
                     self.media_bytes += len(ulaw)
+                    now = time.monotonic()
+                    plays_at = max(now, self._playing_until)
+                    self._playing_until = plays_at + len(ulaw) * FRAME_S / FRAME_BYTES
                     if audioop.max(self._to_pcm(ulaw), 2) > LOUD_PEAK:
-                        self.loud_at.append(time.monotonic())
+                        self.loud_at.append(now)
+                        self.heard_at.append(plays_at)
                     if self.keep_events:
                         self.audio += ulaw
                 elif kind == "clear":
                     self.media_at_clear.append(self.media_received)
+                    now = time.monotonic()
+                    self._playing_until = now
+                    self.heard_at = [t for t in self.heard_at if t <= now]
                 if self.keep_events:
                     self.events.append(event)
         except websockets.ConnectionClosed:
