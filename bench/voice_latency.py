@@ -7,7 +7,7 @@ each turn the caller notes when the question's last speech frame left it and whe
 loud ``media`` frame was heard: that gap is the voice-to-voice latency the caller hears. Heard,
 not arrived: Twilio plays media in order at real time, and Pipecat's output sends the first
 80 ms of an answer at once, so quiet at the head of an answer is heard before its first loud
-frame however soon that frame arrived (``TwilioCaller.heard_at``; until 2026-12-06 19:10 this
+frame however soon that frame arrived (``TwilioCaller.heard_at``; until 2026-12-06 18:45 this
 bench timed the arrival, which hid Piper's 25-60 ms lead-in).
 
 The stages in between are the product's own: the turn-latency observer the server attaches
