@@ -302,6 +302,6 @@ async def test_the_caller_hears_a_loud_frame_after_the_quiet_sent_ahead_of_it() 
 
     assert len(caller.loud_at) == 3
     first, second = caller.heard_at  # the loud frame behind 20 quiet ones was cleared unplayed
-    assert first - caller.loud_at[0] == pytest.approx(0.06, abs=0.01)
-    assert second == pytest.approx(caller.loud_at[1], abs=0.01)
+    assert 0.03 < first - caller.loud_at[0] <= 0.06  # 60 ms after the first quiet frame came
+    assert second == caller.loud_at[1]  # nothing left playing: heard as it arrives
     assert caller.first_heard(first + 0.001) == second
