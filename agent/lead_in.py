@@ -28,11 +28,6 @@ class LeadInTrimmer:
         self._kept = np.zeros(0, np.int16)
         self._done = False
 
-    @property
-    def done(self) -> bool:
-        """Whether the first sound (or the most it may cut) has passed: the rest goes as it is."""
-        return self._done
-
     def cut(self, pcm: bytes, sample_rate: int, channels: int = 1) -> bytes:
         """``pcm`` less the answer's leading quiet (b"" while the chunk is all quiet)."""
         if self._done:

@@ -42,7 +42,7 @@ def test_audio_after_the_first_sound_passes_untouched_quiet_and_all() -> None:
     trimmer = LeadInTrimmer()
     first = trimmer.cut(pcm(quiet(0.04), tone(0.1)), RATE)
     pause = pcm(quiet(0.2))
-    assert trimmer.done and first
+    assert first
     assert trimmer.cut(pause, RATE) == pause
 
 
