@@ -36,10 +36,13 @@ VAD) with whatever English words tiny.en makes of them; Voxtral would write thei
 (:mod:`tests.fakes.reference_words`: the script's own words, in every language, behind the
 realtime protocol, each final 0.3 s after the STT's final commit), so every row measures the
 turn decision with the words a multilingual recognizer gives it, and counts the words it never
-wrote: a tail the VAD never heard as speech, which no false end shows.
+wrote: a tail the VAD never heard as speech, which no false end shows. ``--set languages``
+plays the same kinds of turn in three more of Voxtral's languages, Italian, Portuguese and
+Dutch (``tests.fakes.paused_speech.other_languages``), the same way; with the stand-in, it asks
+whether the decision holds in languages no rule or threshold here was tuned on.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended] [--noise clean,white:20,babble:10@2]
+        [--runs N] [--set paused|extended|languages] [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
 
@@ -61,7 +64,7 @@ import websockets
 from bench import machine, peers
 from bench.report import publish
 from tests.fakes.line_noise import NOISES, Noise, line
-from tests.fakes.paused_speech import Utterance, extended, utterances
+from tests.fakes.paused_speech import Utterance, extended, other_languages, utterances
 from tests.fakes.realtime_peer import RealtimePeer
 from tests.fakes.reference_words import ReferenceWords
 from tests.fakes.serving import background, free_port
@@ -72,6 +75,9 @@ from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "bench" / "results" / "turn_taking.md"
 EXTENDED_MD = ROOT / "bench" / "results" / "turn_taking_extended.md"
+LANGUAGES_MD = ROOT / "bench" / "results" / "turn_taking_more_languages.md"
+SETS = {"extended": extended, "languages": other_languages}
+"""The sets played language by language, on noisy lines (``--set``)."""
 ANSWER_WINDOW_S = 2.0
 AFTER_S = 3.0
 """Silence the caller sends after the utterance: the answer window and a little more."""
@@ -428,9 +434,10 @@ async def measure_extended(
     lines: list[Line],
     transports: list[str],
     reference: ReferenceWords | None = None,
+    played: tuple[Utterance, ...] | None = None,
 ) -> list[Row]:
-    """One server per configuration; the extended set on each line by phone, and on the clean
-    line by WebRTC; one row per transport, language and line."""
+    """One server per configuration; the extended set (or ``played``) on each line by phone,
+    and on the clean line by WebRTC; one row per transport, language and line."""
     from loguru import logger
 
     from agent.server import create_app
@@ -445,7 +452,7 @@ async def measure_extended(
         for transport, noisy in legs:
             play = play_phone if transport == "phone" else play_webrtc
             by_language: dict[str, Row] = {}
-            for index, utterance in enumerate(extended()):
+            for index, utterance in enumerate(played or extended()):
                 taken_waits()  # lines from the previous call's end belong to no call
                 row = by_language.setdefault(
                     utterance.language,
@@ -541,7 +548,8 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 RECOGNIZER_NOTES = {
-    "tiny.en": "de, fr, es: the offline recognizer is English-only (tiny.en), so these rows "
+    "tiny.en": "Other languages than English: the offline recognizer is English-only "
+    "(tiny.en), so those rows "
     "test the audio decision (Smart Turn, the VAD), with whatever English words tiny.en makes "
     "of the speech.",
     "reference": "The recognizer is a stand-in for Voxtral (`--recognizer reference`, "
@@ -554,22 +562,27 @@ RECOGNIZER_NOTES = {
 }
 
 
-def render_extended(runs: list[list[Row]], took_s: float, load: tuple[float, float]) -> str:
+def render_extended(
+    runs: list[list[Row]], took_s: float, load: tuple[float, float], set_name: str = "extended"
+) -> str:
+    played = SETS[set_name]()
     minutes = {
-        language: sum(u.audio(8000)[1] for u in extended() if u.language == language) / 60
-        for language in dict.fromkeys(u.language for u in extended())
+        language: sum(u.audio(8000)[1] for u in played if u.language == language) / 60
+        for language in dict.fromkeys(u.language for u in played)
     }
-    complete = sum(u.complete_question for u in extended())
+    complete = sum(u.complete_question for u in played)
     recognizer = runs[0][0].recognizer if runs and runs[0] else "tiny.en"
     webrtc = any(row.transport == "webrtc" for rows in runs for row in rows)
     lines = [
-        "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
+        "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)"
+        if set_name == "extended"
+        else "# Turn-taking in Italian, Portuguese and Dutch (phone calls)",
         "",
-        f"`python -m bench.turn_taking --set extended --runs {len(runs)}"
+        f"`python -m bench.turn_taking --set {set_name} --runs {len(runs)}"
         f"{'' if recognizer == 'tiny.en' else ' --recognizer ' + recognizer}`, "
         f"{time.strftime('%Y-%m-%d')}, {machine.describe()}, shared with other sessions (load "
         f"average {load[0]:.1f} at the start, {load[1]:.1f} at the end), {took_s / 60:.1f} min. "
-        f"{len(extended())} utterances per line ({complete} complete turns; minutes of speech: "
+        f"{len(played)} utterances per line ({complete} complete turns; minutes of speech: "
         + ", ".join(f"{k} {v:.2f}" for k, v in minutes.items())
         + "), one call each: "
         + ("by phone on every line, by WebRTC on the clean line" if webrtc else "by phone")
@@ -685,9 +698,9 @@ async def sweep(
                     STATS.failed,
                     STATS.primed,
                 )
-                if args.set == "extended":
+                if args.set in SETS:
                     rows += await measure_extended(
-                        name, settings, args.noise, args.transports, reference
+                        name, settings, args.noise, args.transports, reference, SETS[args.set]()
                     )
                 else:
                     rows += await measure(name, settings, args.transports)
@@ -710,17 +723,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--configs", help=f"semicolon list of: {'; '.join(CONFIGS)}")
     parser.add_argument("--transports", default=",".join(TRANSPORTS), help="phone,webrtc")
     parser.add_argument("--runs", type=int, default=1, help="repeat the sweep (noise)")
-    parser.add_argument("--set", choices=("paused", "extended"), default="paused")
+    parser.add_argument("--set", choices=("paused", *SETS), default="paused")
     parser.add_argument(
         "--noise",
         default="clean,white:20,white:10,babble:20,babble:10",
-        help="the lines for --set extended: clean or white|babble:SNR_DB[@DRAW]",
+        help="the lines for --set extended|languages: clean or white|babble:SNR_DB[@DRAW]",
     )
     parser.add_argument(
         "--recognizer",
         choices=RECOGNIZERS,
         default="tiny.en",
-        help="the offline ASR server, or the reference words (a Voxtral stand-in; --set extended)",
+        help="the offline ASR server, or the reference words (a Voxtral stand-in; not for "
+        "--set paused)",
     )
     parser.add_argument("--output", type=Path, help="where to write the table")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -738,9 +752,9 @@ def main(argv: list[str]) -> int:
         parser.error(f"--transports takes a comma list of {', '.join(TRANSPORTS)}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.recognizer == "reference" and args.set != "extended":
-        parser.error("--recognizer reference plays --set extended (phone calls)")
-    for utterance in extended() if args.set == "extended" else utterances():
+    if args.recognizer == "reference" and args.set not in SETS:
+        parser.error("--recognizer reference plays --set extended or languages (phone calls)")
+    for utterance in SETS[args.set]() if args.set in SETS else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
         if "webrtc" in args.transports:
             utterance.audio(CLIENT_RATE)
@@ -770,8 +784,12 @@ def main(argv: list[str]) -> int:
         if llm is not None:
             peers.stop_process(llm)
     took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])
-    report = (render_extended if args.set == "extended" else render)(runs, took, load)
-    output = args.output or (EXTENDED_MD if args.set == "extended" else RESULTS_MD)
+    if args.set in SETS:
+        report = render_extended(runs, took, load, args.set)
+    else:
+        report = render(runs, took, load)
+    outputs = {"extended": EXTENDED_MD, "languages": LANGUAGES_MD}
+    output = args.output or outputs.get(args.set, RESULTS_MD)
     publish(report, None if args.no_write else output)
     return 0
 

