@@ -548,7 +548,7 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 RECOGNIZER_NOTES = {
-    "tiny.en": "Other languages than English: the offline recognizer is English-only "
+    "tiny.en": "Languages other than English: the offline recognizer is English-only "
     "(tiny.en), so those rows "
     "test the audio decision (Smart Turn, the VAD), with whatever English words tiny.en makes "
     "of the speech.",
