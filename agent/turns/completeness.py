@@ -8,8 +8,9 @@ to it even when "for two people" follows. A full stop is therefore no evidence. 
 words can say are trusted:
 
 - :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
-  article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French or
-  Spanish, and no question mark closes it. Such a turn is not over, whatever the audio says.
+  article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French,
+  Spanish, Italian, Portuguese or Dutch, and no question mark closes it. Such a turn is not
+  over, whatever the audio says.
 - :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
   - a question mark from the recognizer, in any script (``?``, full-width ``？``, Arabic
@@ -60,9 +61,19 @@ CONNECTIVES = frozenset(
     # French
     "et ou mais parce que qui le la les un une des du au aux euh "
     # Spanish
-    "y o pero porque el los las una del eh".split()
+    "y o pero porque el los las una del eh "
+    # Italian
+    "e ma perché gli della ehm allora cioè "
+    # Portuguese
+    "ou mas os um uma então "
+    # Dutch
+    "maar omdat een de nou dus ehm".split()
 )
-"""Conjunctions, fillers and articles: no turn ends on one, not even a turn of one word."""
+"""Conjunctions, fillers and articles: no turn ends on one, not even a turn of one word. In
+the languages the benches speak (Italian, Portuguese and Dutch in ``bench.turn_taking --set
+languages``), leaving out words a sentence may end on in another of them or in its own
+(Italian "il" is French "il": "Quelle heure est-il"; Dutch "en" is French "en", Portuguese "do"
+English "do"; "Quiero uno.", "Ik weet het.")."""
 
 TRAILING_WORDS = (
     CONNECTIVES | PREPOSITIONS | frozenset("zu mit für von bei pour avec para con".split())

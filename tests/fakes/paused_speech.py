@@ -226,6 +226,15 @@ the extended set's German, French and Spanish, in a set of their own
 (:func:`other_languages`), so the extended set and every figure published on it stay as they
 are."""
 
+_OTHER_HESITATIONS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "it": (("hesitation", ("allora", "a che ora chiude il negozio"), False),),
+    "pt": (("hesitation", ("então", "a que horas fecha a loja"), False),),
+    "nl": (("hesitation", ("nou", "hoe laat gaat de winkel dicht"), False),),
+}
+"""Per language: a filler, a pause, then a question (English's "um... what was it"): the
+filler alone must not end the turn. After :data:`_OTHER_LANGUAGES`, so that its utterances keep
+their pauses."""
+
 OTHER_LANGUAGES = tuple(_OTHER_LANGUAGES)
 
 
@@ -264,6 +273,7 @@ def extended(seed: int = 20) -> tuple[Utterance, ...]:
 
 @cache
 def other_languages(seed: int = 22) -> tuple[Utterance, ...]:
-    """The extended set's kinds of turn in :data:`OTHER_LANGUAGES`, pauses drawn from 300-900
-    ms with a fixed seed."""
-    return _spoken(_OTHER_LANGUAGES, random.Random(seed))
+    """The extended set's kinds of turn in :data:`OTHER_LANGUAGES`, and a hesitation in each,
+    pauses drawn from 300-900 ms with a fixed seed."""
+    rng = random.Random(seed)
+    return _spoken(_OTHER_LANGUAGES, rng) + _spoken(_OTHER_HESITATIONS, rng)
