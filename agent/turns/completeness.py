@@ -92,9 +92,15 @@ IMPERATIVES = frozenset(
 FILLERS = frozenset("ok okay um uh er so hey hi hello well oh".split())
 """Words skipped before judging how an English sentence opens."""
 
-OPENERS = FILLERS | frozenset("hallo servus bonjour salut allô hola oye bueno".split())
-"""Greetings and fillers: a short turn that opens with one ("Hello there.", "Okay.") is how
-people start, often before a pause and the question; it is no command."""
+OPENERS = FILLERS | frozenset(
+    "hallo servus bonjour salut allô hola oye bueno "
+    "ciao buongiorno buonasera salve "  # Italian
+    "olá oi alô bom boa "  # Portuguese: "bom dia", "boa tarde"
+    "hoi goedemorgen goedemiddag goedenavond".split()  # Dutch
+)
+"""Greetings and fillers: a short turn that opens with one ("Hello there.", "Okay.",
+"Buongiorno.", "Bom dia.") is how people start, often before a pause and the question; it is
+no command. It only ever keeps a turn from the short wait."""
 
 QUESTION_MARKS = frozenset("?\uff1f\u061f\u037e\u055e\u1367\u2e2e")
 """``?``, full-width ``？``, Arabic ``؟``, Greek ``;`` (U+037E), Armenian ``՞``, Ethiopic ``፧``,

@@ -235,6 +235,15 @@ _OTHER_HESITATIONS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 filler alone must not end the turn. After :data:`_OTHER_LANGUAGES`, so that its utterances keep
 their pauses."""
 
+_OTHER_GREETINGS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "it": (("greeting", ("buongiorno", "a che ora apre la farmacia"), False),),
+    "pt": (("greeting", ("bom dia", "a que horas abre a farmácia"), False),),
+    "nl": (("greeting", ("goedemorgen", "hoe laat gaat de apotheek open"), False),),
+}
+"""Per language: a greeting, a pause, then the question ("Hello there... can you tell me"):
+people greet and go on, so the greeting alone must not end the turn. After
+:data:`_OTHER_HESITATIONS`, so that the utterances before keep their pauses."""
+
 OTHER_LANGUAGES = tuple(_OTHER_LANGUAGES)
 
 
@@ -273,7 +282,11 @@ def extended(seed: int = 20) -> tuple[Utterance, ...]:
 
 @cache
 def other_languages(seed: int = 22) -> tuple[Utterance, ...]:
-    """The extended set's kinds of turn in :data:`OTHER_LANGUAGES`, and a hesitation in each,
-    pauses drawn from 300-900 ms with a fixed seed."""
+    """The extended set's kinds of turn in :data:`OTHER_LANGUAGES`, and a hesitation and a
+    greeting before a question in each, pauses drawn from 300-900 ms with a fixed seed."""
     rng = random.Random(seed)
-    return _spoken(_OTHER_LANGUAGES, rng) + _spoken(_OTHER_HESITATIONS, rng)
+    return tuple(
+        utterance
+        for scripts in (_OTHER_LANGUAGES, _OTHER_HESITATIONS, _OTHER_GREETINGS)
+        for utterance in _spoken(scripts, rng)
+    )

@@ -60,6 +60,9 @@ def test_questions_requests_and_short_commands_ask_for_an_answer(text: str) -> N
         "Para",  # nor a preposition the recognizer has not closed
         "Reservar para.",  # and after other words a preposition is unfinished
         "Hello there.",  # nor a greeting: the question comes after it
+        "Buongiorno.",  # in Italian, Portuguese and Dutch too
+        "Bom dia.",
+        "Goedemorgen.",
         "Okay.",
         "Stop",  # the recognizer has not closed it
         "I need apples. Brad.",  # one word, but not the whole turn
