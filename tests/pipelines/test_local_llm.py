@@ -38,7 +38,7 @@ from agent.llm import OpenAICompatibleLLMService
 from pipelines.voice_agent import build_voice_agent_task
 from tests.conftest import requires_espeak, requires_local_llm
 from tests.pipelines.conftest import requires_piper_http
-from tests.pipelines.loopback import LoopbackTransport
+from tests.pipelines.loopback import RATE, LoopbackTransport
 from tests.pipelines.test_voice_agent import Call, find, role_text, settings_for
 
 pytestmark = [requires_espeak, requires_piper_http, requires_local_llm, pytest.mark.timeout(120)]
@@ -200,11 +200,15 @@ async def test_a_barge_in_stops_the_answer_and_the_context_keeps_only_what_was_h
     barged_at = await call.say("please stop talking now")
     await call.wait_for(lambda: len(call.watch.contexts) >= 2)
 
-    # The audio stopped: from shortly after the interruption until the next answer began.
+    # The audio stopped: from the interruption until the next answer began, at most a moment
+    # of it played (the answer had seconds left). Counted in audio, not on the clock: on a
+    # loaded machine (CI, 2026-12-06) one last chunk went out 0.39 s after the
+    # interruption, and none after it.
     cut_at = next(at for at in call.watch.interruptions if at > spoken_at)
     next_answer = call.watch.started[1] if len(call.watch.started) > 1 else time.monotonic()
-    late = [p.at - cut_at for p in output.voiced_since(cut_at + 0.3) if p.at < next_answer]
-    assert not late, f"bot audio went on {late[-1]:.2f} s after the barge-in"
+    late = [p for p in output.voiced_since(cut_at) if p.at < next_answer]
+    played_s = sum(len(p.audio) for p in late) / 2 / RATE
+    assert played_s <= 0.3, f"{played_s:.2f} s of the answer played after the barge-in"
     assert cut_at < barged_at
 
     # The second request carries the first answer as far as it was heard: the sentences
