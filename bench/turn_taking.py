@@ -55,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,30 @@ from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "bench" / "results" / "turn_taking.md"
-EXTENDED_MD = ROOT / "bench" / "results" / "turn_taking_extended.md"
-LANGUAGES_MD = ROOT / "bench" / "results" / "turn_taking_more_languages.md"
-SETS = {"extended": extended, "languages": other_languages}
-"""The sets played language by language, on noisy lines (``--set``)."""
+
+
+@dataclass(frozen=True)
+class PlayedSet:
+    """A set played language by language, on noisy lines (``--set``): what it plays, where
+    its table goes, the table's title."""
+
+    played: Callable[[], tuple[Utterance, ...]]
+    results_md: Path
+    title: str
+
+
+SETS = {
+    "extended": PlayedSet(
+        extended,
+        ROOT / "bench" / "results" / "turn_taking_extended.md",
+        "Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
+    ),
+    "languages": PlayedSet(
+        other_languages,
+        ROOT / "bench" / "results" / "turn_taking_more_languages.md",
+        "Turn-taking in Italian, Portuguese and Dutch (phone calls)",
+    ),
+}
 ANSWER_WINDOW_S = 2.0
 AFTER_S = 3.0
 """Silence the caller sends after the utterance: the answer window and a little more."""
@@ -433,10 +454,10 @@ async def measure_extended(
     settings: Any,
     lines: list[Line],
     transports: list[str],
+    played: tuple[Utterance, ...],
     reference: ReferenceWords | None = None,
-    played: tuple[Utterance, ...] | None = None,
 ) -> list[Row]:
-    """One server per configuration; the extended set (or ``played``) on each line by phone,
+    """One server per configuration; ``played`` (a set of :data:`SETS`) on each line by phone,
     and on the clean line by WebRTC; one row per transport, language and line."""
     from loguru import logger
 
@@ -452,7 +473,7 @@ async def measure_extended(
         for transport, noisy in legs:
             play = play_phone if transport == "phone" else play_webrtc
             by_language: dict[str, Row] = {}
-            for index, utterance in enumerate(played or extended()):
+            for index, utterance in enumerate(played):
                 taken_waits()  # lines from the previous call's end belong to no call
                 row = by_language.setdefault(
                     utterance.language,
@@ -563,9 +584,9 @@ RECOGNIZER_NOTES = {
 
 
 def render_extended(
-    runs: list[list[Row]], took_s: float, load: tuple[float, float], set_name: str = "extended"
+    runs: list[list[Row]], took_s: float, load: tuple[float, float], set_name: str
 ) -> str:
-    played = SETS[set_name]()
+    played = SETS[set_name].played()
     minutes = {
         language: sum(u.audio(8000)[1] for u in played if u.language == language) / 60
         for language in dict.fromkeys(u.language for u in played)
@@ -574,9 +595,7 @@ def render_extended(
     recognizer = runs[0][0].recognizer if runs and runs[0] else "tiny.en"
     webrtc = any(row.transport == "webrtc" for rows in runs for row in rows)
     lines = [
-        "# Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)"
-        if set_name == "extended"
-        else "# Turn-taking in Italian, Portuguese and Dutch (phone calls)",
+        f"# {SETS[set_name].title}",
         "",
         f"`python -m bench.turn_taking --set {set_name} --runs {len(runs)}"
         f"{'' if recognizer == 'tiny.en' else ' --recognizer ' + recognizer}`, "
@@ -700,7 +719,12 @@ async def sweep(
                 )
                 if args.set in SETS:
                     rows += await measure_extended(
-                        name, settings, args.noise, args.transports, reference, SETS[args.set]()
+                        name,
+                        settings,
+                        args.noise,
+                        args.transports,
+                        SETS[args.set].played(),
+                        reference,
                     )
                 else:
                     rows += await measure(name, settings, args.transports)
@@ -754,7 +778,7 @@ def main(argv: list[str]) -> int:
         parser.error("--runs must be at least 1")
     if args.recognizer == "reference" and args.set not in SETS:
         parser.error("--recognizer reference plays --set extended or languages (phone calls)")
-    for utterance in SETS[args.set]() if args.set in SETS else utterances():
+    for utterance in SETS[args.set].played() if args.set in SETS else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
         if "webrtc" in args.transports:
             utterance.audio(CLIENT_RATE)
@@ -786,10 +810,10 @@ def main(argv: list[str]) -> int:
     took, load = time.monotonic() - started, (load_before, os.getloadavg()[0])
     if args.set in SETS:
         report = render_extended(runs, took, load, args.set)
+        output = args.output or SETS[args.set].results_md
     else:
         report = render(runs, took, load)
-    outputs = {"extended": EXTENDED_MD, "languages": LANGUAGES_MD}
-    output = args.output or outputs.get(args.set, RESULTS_MD)
+        output = args.output or RESULTS_MD
     publish(report, None if args.no_write else output)
     return 0
 
