@@ -418,6 +418,15 @@ class TurnSettings(_Section):
         "without a question mark (a request, a question by its word order, a two-word command) "
         "still waits when p(end) is below this; 0: never.",
     )
+    text_question_unfinished_p: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="text_model: a question the recognizer closed with a question mark "
+        "(text_veto_min_words+ words) ends after text_end_wait_s, not at once, when p(end) is "
+        "below this: tiny.en writes 'Can you tell me?' at a pause (p 0.000); 0: the question "
+        "mark decides. See bench/results/text_end_probe.md.",
+    )
     text_veto_min_words: int = Field(
         default=2,
         ge=1,

@@ -15,6 +15,11 @@ late answer) and the cut ones it would let end at their pause (a false end when 
 also calls the pause complete, as it does for "can you tell me" on the phone line, 0.97). No
 clock: this times nothing, and a run is deterministic on one machine (temperature 0).
 
+Then the same for questions the recognizer closed with a question mark, which the veto leaves
+to the words unless ``turn.text_question_unfinished_p`` is set: per threshold, the complete
+questions it would make wait the model's wait and the cut ones ("Can you tell me?", as tiny.en
+writes the pause) it would still let end at their pause.
+
     .venv/bin/python -m bench.text_end_probe [--no-write]
 """
 
@@ -130,6 +135,53 @@ CUT = (
 more, where the veto acts (one word is left to the words rule: "Stop." reads 0). "Book a
 table." and "Can you help me." are complete by their words as well: the pause decides them only
 if the caller goes on; so is "Quisiera reservar." ("I would like to book")."""
+QUESTIONS = (
+    "Is the store open today?",
+    "What time is it?",
+    "Can you call me back tomorrow?",
+    "Are you open?",
+    "When do you close?",
+    "What time do you open?",
+    "How much is it?",
+    "Where are you?",
+    "Can I pay by card?",
+    "Do you deliver?",
+    "Is it raining?",
+    "What's my balance?",
+    "How are you?",
+    "Can you help me?",
+    "Who is this?",
+    "What is the address?",
+    "Is anyone there?",
+    "Do you have parking?",
+    "How long will it take?",
+    "What's the weather tomorrow?",
+    "Can I speak to a person?",
+    "Where is my order?",
+    "Are you a robot?",
+    "Wann fängt der Film an?",
+    "Quelle heure est-il?",
+    "Qué hora es?",
+)
+"""Questions a caller asks, closed with a question mark as a recognizer writes them: with
+``turn.text_question_unfinished_p`` the model reads them, and one it reads under it waits the
+model's wait."""
+CUT_QUESTIONS = (
+    "Can you tell me?",
+    "Can you?",
+    "Could you check?",
+    "Where is?",
+    "Do you have?",
+    "Can you send me?",
+    "Could you tell me about?",
+    "Is there?",
+    "What is the?",
+    "How do I?",
+)
+"""Questions cut by a pause, closed with a question mark as tiny.en writes some ("Can you tell
+me?", "Can you?" on the extended turn-taking set): with ``turn.text_question_unfinished_p``
+those the model reads under it wait the model's wait; without it they end at the pause whenever
+Smart Turn calls the pause complete."""
 THRESHOLDS = (0.1, 0.05, 0.02, 0.01, 0.001)
 
 
@@ -146,7 +198,7 @@ async def probe(llm: LLMSettings) -> dict[str, list[float]]:
     model = TextEndOfTurn(str(llm.base_url), llm.model, timeout_s=30.0)
     read: dict[str, list[float]] = {}
     try:
-        for text in COMPLETE + CUT:
+        for text in COMPLETE + CUT + QUESTIONS + CUT_QUESTIONS:
             for depth in DEPTHS:
                 p = await model.probability(text, conversation(depth))
                 if p is None:
@@ -169,7 +221,6 @@ def per_depth(counts: list[int], of: int) -> str:
 
 def render(read: dict[str, list[float]], took_s: float) -> str:
     when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
-    depths = " | ".join(f"after {d} exchanges" for d in DEPTHS)
     lines = [
         "## Where the veto should sit: p(end) on requests (`bench/text_end_probe.py`)",
         "",
@@ -178,32 +229,62 @@ def render(read: dict[str, list[float]], took_s: float) -> str:
         "system prompt and greeting, then the exchanges of a scripted conversation. The default "
         f"threshold (`turn.text_unfinished_p`) is {TurnSettings().text_unfinished_p}.",
         "",
-        "| threshold | complete requests held for the bound | cut requests let end at the pause |",
-        "|---|---|---|",
-    ]
-    asking = [text for text in CUT if vetoable(text)]
-    complete = [text for text in COMPLETE if vetoable(text)]
-    for threshold in THRESHOLDS:
-        held = [sum(read[t][i] < threshold for t in complete) for i in range(len(DEPTHS))]
-        let = [sum(read[t][i] >= threshold for t in asking) for i in range(len(DEPTHS))]
-        lines.append(
-            f"| {threshold} | {per_depth(held, len(complete))} | {per_depth(let, len(asking))} |"
-        )
-    lines += [
+        *threshold_table(
+            read,
+            [text for text in COMPLETE if vetoable(text)],
+            [text for text in CUT if vetoable(text)],
+            ("complete requests held for the bound", "cut requests let end at the pause"),
+        ),
         "",
-        f"Each cell counts after {', '.join(map(str, DEPTHS))} exchanges. Per text (0: no end "
-        "mark among the model's 20 likeliest next tokens; the reading sums those that are):",
+        f"Each cell counts after {', '.join(map(str, DEPTHS))} exchanges.",
         "",
-        f"| words | kind | {depths} |",
+        "### Questions closed with a question mark (`turn.text_question_unfinished_p`)",
+        "",
+        "The veto leaves a question the recognizer closed with a question mark to the words "
+        "(it ends at once when Smart Turn calls it complete), unless "
+        "`turn.text_question_unfinished_p` is set: then one the model reads under it waits the "
+        "model's wait (`turn.text_end_wait_s`). tiny.en closes some fragments so; the cost is "
+        "on real questions the model reads as going on.",
+        "",
+        *threshold_table(
+            read,
+            list(QUESTIONS),
+            list(CUT_QUESTIONS),
+            ("complete questions that wait the model's wait", "cut questions let end at the pause"),
+        ),
+        "",
+        "Per text (0: no end mark among the model's 20 likeliest next tokens; the reading sums "
+        "those that are):",
+        "",
+        f"| words | kind | {' | '.join(f'after {d} exchanges' for d in DEPTHS)} |",
         "|---|---|" + "---|" * len(DEPTHS),
     ]
-    for text in COMPLETE + CUT:
-        kind = "complete" if text in COMPLETE else "cut at a pause"
-        if not vetoable(text):
+    kinds = {
+        **dict.fromkeys(COMPLETE, "complete"),
+        **dict.fromkeys(CUT, "cut at a pause"),
+        **dict.fromkeys(QUESTIONS, "complete question"),
+        **dict.fromkeys(CUT_QUESTIONS, "question cut at a pause"),
+    }
+    for text, kind in kinds.items():
+        if text in COMPLETE + CUT and not vetoable(text):
             kind += " (not the veto's: the words rule decides)"
         cells = " | ".join("0" if p == 0 else f"{p:.3f}" for p in read[text])
         lines.append(f"| {text} | {kind} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def threshold_table(
+    read: dict[str, list[float]], complete: list[str], cut: list[str], labels: tuple[str, str]
+) -> list[str]:
+    """Per threshold, per depth: the complete texts it holds and the cut ones it lets end."""
+    lines = [f"| threshold | {labels[0]} | {labels[1]} |", "|---|---|---|"]
+    for threshold in THRESHOLDS:
+        held = [sum(read[t][i] < threshold for t in complete) for i in range(len(DEPTHS))]
+        let = [sum(read[t][i] >= threshold for t in cut) for i in range(len(DEPTHS))]
+        lines.append(
+            f"| {threshold} | {per_depth(held, len(complete))} | {per_depth(let, len(cut))} |"
+        )
+    return lines
 
 
 def main(argv: list[str]) -> int:

@@ -114,6 +114,7 @@ _ADAPTIVE = {
     "words_over_audio": False,  # and so words that ask against Smart Turn's "unfinished"
     "paused_turns_wait": False,  # and so a turn with a pause in it
     "model_over_audio": False,  # and so turns the text model reads finished against it
+    "text_question_unfinished_p": 0.0,  # and so questions the model reads going on
     "vad_floor_margin_db": 0,  # and so the VAD's stop at the line's noise floor
 }
 
@@ -131,6 +132,16 @@ def _models_wait(veto: float, wait: float, **more: Any) -> dict[str, Any]:
         "text_end_wait_s": wait,
         **more,
     }
+
+
+_MODEL_OVER_AUDIO = {
+    "words_over_audio": True,
+    "paused_turns_wait": True,
+    "vad_floor_margin_db": 3.0,
+    "model_over_audio": True,
+}
+"""On top of the models' wait, the settings of the default of 2026-12-06 (before
+``text_question_unfinished_p``)."""
 
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -229,13 +240,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
         0.02, 0.8, words_over_audio=True, paused_turns_wait=True, vad_floor_margin_db=3.0
     ),
     "+ that, and a turn the text model reads finished ends on its wait when Smart Turn hears "
-    "it unfinished": _models_wait(
-        0.02,
-        0.8,
-        words_over_audio=True,
-        paused_turns_wait=True,
-        vad_floor_margin_db=3.0,
-        model_over_audio=True,
+    "it unfinished": _models_wait(0.02, 0.8, **_MODEL_OVER_AUDIO),
+    "+ that, and a question the model reads going on (p(end) < 0.001) ends on its wait, though "
+    "the recognizer closed it with a question mark": _models_wait(
+        0.02, 0.8, **_MODEL_OVER_AUDIO, text_question_unfinished_p=0.001
     ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {
         **_ADAPTIVE,

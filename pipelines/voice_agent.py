@@ -219,6 +219,7 @@ def _user_params(
             words_over_audio=turn.words_over_audio,
             model_over_audio=turn.model_over_audio,
             paused_turns_wait=turn.paused_turns_wait,
+            text_question_unfinished_p=turn.text_question_unfinished_p,
             context=context,
         )
         fallback_s = max(fallback_s, stop.longest_wait_s + 1.0)

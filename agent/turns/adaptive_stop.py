@@ -29,6 +29,12 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   words decide, as without the model. When the user begins to speak, the model is given the
   conversation so far to read meanwhile, so the question at the turn's end reads only the
   words.
+  With ``text_question_unfinished_p``, a question the recognizer closed with a question mark
+  the model reads under it ends on that middle wait rather than at once: the signals are split
+  (the recognizer and Smart Turn hear a question, the model words that go on), as when tiny.en
+  writes "Can you tell me?" at the pause in "can you tell me... the opening hours". Its
+  threshold is its own, far under the veto's: the model reads most real questions low without
+  their mark ("Do you deliver" 0.008), and the cut ones at 0 (``bench/results/text_end_probe.md``).
   With ``answer_ahead``, the answer is started (a Pipecat speculation, held by the LLM
   service until the turn ends and withdrawn if the user goes on) as soon as every signal is
   in and the turn only waits out that quiet, so the LLM's time to its first words is spent
@@ -190,7 +196,8 @@ def beyond_the_veto(text: str, min_words: int = VETO_MIN_WORDS) -> bool:
     - fewer than ``min_words`` words ("Yes.", "Stop."): too little for the model to read;
     - a question the recognizer closed with a question mark: it heard the question in the
       voice, while the model reads bare words, and hardly any but English ("Wann fängt der
-      Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench)."""
+      Film an" 0.02, "Qué hora es" 0.007: each held for the bound on the bench); the
+      strategy's ``text_question_unfinished_p`` reads those against a threshold of their own."""
     if len(words(text)) < min_words:
         return True
     return ends_with_question_mark(last_sentence(text))
@@ -216,6 +223,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         words_over_audio: bool = False,
         model_over_audio: bool = False,
         paused_turns_wait: bool = False,
+        text_question_unfinished_p: float = 0.0,
         context: Callable[[], Conversation] | None = None,
         **kwargs: object,
     ) -> None:
@@ -240,8 +248,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 finished ends; between ``complete_wait_s`` and ``unfinished_wait_s``.
             text_unfinished_p: With Smart Turn's complete verdict and words that ask for an
                 answer, a p(end) below this waits (the model hears a sentence going on), unless
-                the turn has fewer than ``text_veto_min_words`` words or is closed with a
-                question mark (the words rule decides those); 0: never.
+                the turn has fewer than ``text_veto_min_words`` words (the words rule decides
+                those) or is closed with a question mark (``text_question_unfinished_p``); 0:
+                never.
             text_veto_min_words: See ``text_unfinished_p`` (:data:`VETO_MIN_WORDS`).
             answer_ahead: While a turn the models call finished waits out ``text_end_wait_s``,
                 have the answer started on its words (a speculation, held until the turn
@@ -257,6 +266,12 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             paused_turns_wait: A turn the caller hesitated in before its last words (a
                 pause after words that stop unfinished, or after a segment with no words) that
                 would end on the short wait ends after ``text_end_wait_s`` instead.
+            text_question_unfinished_p: With Smart Turn's complete verdict, a question the
+                recognizer closed with a question mark (``text_veto_min_words`` words or more)
+                whose p(end) is below this ends after ``text_end_wait_s``, not at once; 0:
+                never (the question mark decides). A recognizer may close a fragment so
+                ("Can you tell me?", as tiny.en does), which the model reads going on (0.000);
+                a question it reads so ("Are you open?") is answered that much later.
             context: The conversation so far (the system prompt first), the model's context.
             **kwargs: Passed to :class:`BaseUserTurnStopStrategy`.
         """
@@ -276,11 +291,13 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             raise ValueError(f"text_check must be one of {TEXT_CHECKS}, not {text_check!r}")
         if text_veto_min_words < 1:
             raise ValueError(f"text_veto_min_words ({text_veto_min_words}) must be at least 1")
-        if not 0 <= text_unfinished_p <= 1 or text_end_p < 0:
+        if not 0 <= text_unfinished_p <= 1 or not 0 <= text_question_unfinished_p <= 1:
             raise ValueError(
-                f"text_unfinished_p ({text_unfinished_p}) must be within 0-1 and text_end_p "
-                f"({text_end_p}) not negative"
+                f"text_unfinished_p ({text_unfinished_p}) and text_question_unfinished_p "
+                f"({text_question_unfinished_p}) must be within 0-1"
             )
+        if text_end_p < 0:
+            raise ValueError(f"text_end_p ({text_end_p}) must not be negative")
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._late_final_s = late_final_s
         self._text_check = text_check
@@ -296,6 +313,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._words_over_audio = words_over_audio
         self._model_over_audio = model_over_audio
         self._paused_turns_wait = paused_turns_wait
+        self._question_unfinished_p = text_question_unfinished_p
         self._segment_words: list[str] = []  # this turn's segments' transcripts so far
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
@@ -570,11 +588,22 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if p is None:  # no model, or it did not answer: the words decide, as without it
             return "complete" if asks else "waited"
         if asks:
-            vetoed = p < self._text_unfinished_p and not beyond_the_veto(
-                self._text, self._veto_min_words
-            )
-            return "waited" if vetoed else "complete"
+            if p >= self._veto_below(self._text):
+                return "complete"
+            # The model hears the words going on. A question mark says the recognizer heard
+            # a question: with the signals split, the middle wait, not the bound.
+            return "finished" if ends_with_question_mark(last_sentence(self._text)) else "waited"
         return "finished" if self._model_reads_finished() else "waited"
+
+    def _veto_below(self, text: str) -> float:
+        """The p(end) under which the model holds these words that ask: 0 (never) where
+        :func:`beyond_the_veto` leaves them to the words rule, except that a question mark
+        has a threshold of its own (``text_question_unfinished_p``)."""
+        if len(words(text)) < self._veto_min_words:
+            return 0.0
+        if ends_with_question_mark(last_sentence(text)):
+            return self._question_unfinished_p
+        return self._text_unfinished_p
 
     def _words_outweigh_audio(self) -> bool:
         """Smart Turn hears this pause unfinished, but with ``words_over_audio`` the words ask
@@ -618,9 +647,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
         if self._words_allow_short_wait(self._text):
-            return (self._text_unfinished_p > 0 or self._words_over_audio) and not beyond_the_veto(
-                self._text, self._veto_min_words
-            )
+            if self._veto_below(self._text) > 0:
+                return True
+            return self._words_over_audio and not beyond_the_veto(self._text, self._veto_min_words)
         return self._model_may_read_finished(self._text)
 
     async def _ask_text_model(self) -> None:

@@ -400,6 +400,9 @@ def test_the_default_profile_asks_its_local_llm_about_the_end_of_turn() -> None:
     assert default.turn.answer_ahead and default.turn.words_over_audio
     assert default.turn.model_over_audio
     assert default.turn.paused_turns_wait
+    # tiny.en closes fragments with a question mark; a Voxtral profile's mark decides alone
+    assert default.turn.text_question_unfinished_p == 0.001
+    assert load_settings("vllm").turn.text_question_unfinished_p == 0
     assert text_end_of_turn(load_settings("default", overrides={"llm": {"kind": "echo"}})) is None
     off = load_settings("default", overrides={"turn": {"text_model": False}})
     assert text_end_of_turn(off) is None

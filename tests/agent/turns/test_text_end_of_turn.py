@@ -718,3 +718,44 @@ async def test_what_the_model_cannot_read_is_left_to_the_words(
     await turn.pause(words)
     await asyncio.sleep(0.05)
     assert turn.after_speech() < STOP_SECS + 0.1, "waited for the model"
+
+
+@requires_local_llm
+@pytest.mark.parametrize(
+    ("words", "threshold", "ending"),
+    [
+        pytest.param("Can you tell me?", 0.001, "finished", id="a fragment the model reads go on"),
+        pytest.param("Is the store open today?", 0.001, "complete", id="a question it reads end"),
+        pytest.param("Can you tell me?", 0.0, "complete", id="the question mark decides"),
+    ],
+)
+async def test_a_question_the_model_hears_go_on_waits_the_models_wait_under_its_threshold(
+    make: Any, local_llm: LLMSettings, words: str, threshold: float, ending: str
+) -> None:
+    """tiny.en closes "can you tell me" with a question mark at a pause, and Smart Turn hears a
+    finished question in the voice; the model expects the words to go on ("what", "about":
+    p(end) 0.000 after the assistant's system prompt and greeting). Under
+    ``text_question_unfinished_p`` the signals split: the middle wait, not
+    the bound. The bound is long, so the model answers first, and well before the middle wait,
+    on a loaded machine too (316 ms in CI)."""
+    assert local_llm.base_url is not None
+    bound_s, models_wait_s = 3.0, 1.5
+    model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=bound_s)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        unfinished_wait_s=bound_s,
+        text_model=model,
+        text_end_wait_s=models_wait_s,
+        text_question_unfinished_p=threshold,
+        context=lambda: [
+            ("system", LLMSettings().system_prompt),
+            ("assistant", "Hello! How can I help you today?"),
+        ],
+    )
+    await turn.speak()
+    await turn.pause(words)
+    await turn.until_ended(within_s=bound_s + 0.5)
+    if ending == "finished":
+        assert models_wait_s - 0.02 < turn.after_speech() < models_wait_s + 0.25
+    else:
+        assert turn.after_speech() < models_wait_s - 0.5, "a question the model reads ending waited"

@@ -79,3 +79,40 @@ async def test_a_request_that_goes_on_after_its_pause_is_answered_after_its_end(
     ends = [line for line in redacted_log if "turn ends" in line]
     assert len(ends) == 1, f"expected one turn: {ends}"
     assert app.state.registry.recent()[-1].user_transcript == transcript
+
+
+@pytest.mark.parametrize(
+    ("threshold", "at_the_pause"),
+    [(0.001, False), (0.0, True)],
+    ids=["the offline profile's threshold: after its end", "the question mark decides: at it"],
+)
+async def test_a_fragment_tiny_en_closes_with_a_question_mark_is_read_by_the_model(
+    local_llm: LLMSettings,
+    asr_server_url: str,
+    asr_model_name: str,
+    threshold: float,
+    at_the_pause: bool,
+) -> None:
+    """The offline profile's recognizer, tiny.en, writes the pause in "can you tell me... the
+    opening hours" as "Can you tell me?", a question, and Smart Turn hears a finished question
+    in the voice. The model reads the words going on (p(end) 0.000): under the offline
+    profile's ``turn.text_question_unfinished_p`` the turn waits the model's wait, which the
+    0.68 s pause does not outlast. Without it the question mark decides, and the bot answers at
+    the pause (the bench's false end), which is what makes this a test of the setting and not
+    of whatever punctuation tiny.en writes on this machine."""
+    utterance = next(u for u in extended() if u.phrases[0] == "can you tell me")
+    speech, _ = utterance.audio(8000)
+    turn = {
+        "text_model": True,
+        "text_model_url": local_llm.base_url,
+        "text_timeout_s": MODEL_TIMEOUT_S,
+        "text_question_unfinished_p": threshold,
+    }
+    with phone_server(asr_server_url, asr_model_name, max_calls=2, turn=turn) as (url, app):
+        caller, ended = await call(url, app, "CAQUESTION", speech)
+    transcript = app.state.registry.recent()[-1].user_transcript
+    assert transcript[0] == "Can you tell me?", "tiny.en wrote the pause otherwise"
+    began = ended - utterance.audio(8000)[1]
+    answered = caller.first_loud(began)
+    assert answered is not None, f"no answer within {ANSWER_WITHIN_S} s of the end of speech"
+    assert (answered < ended) == at_the_pause, f"answered {answered - began:.2f} s into the turn"

@@ -198,6 +198,7 @@ def run(
     text_model: ScriptedTextModel | None = None,
     words_over_audio: bool = False,
     model_over_audio: bool = False,
+    text_question_unfinished_p: float = 0.0,
 ) -> dict[str, Any]:
     loop = VirtualTimeLoop()
     original = adaptive_stop.time
@@ -213,6 +214,7 @@ def run(
                 "answer_ahead": True,
                 "words_over_audio": words_over_audio,
                 "model_over_audio": model_over_audio,
+                "text_question_unfinished_p": text_question_unfinished_p,
                 "paused_turns_wait": DEFAULT.paused_turns_wait,
             }
         strategy = AdaptiveUserTurnStopStrategy(
@@ -264,14 +266,16 @@ HESITATIONS = {"um.", "so."}
 """Of them, those a pause after is a hesitation (a filler, a connective): the turn then waits
 the model's wait at the soonest, as after a segment with no words."""
 QUESTION = "can you tell me when the store opens?"
-"""Words that ask, closed with a question mark: the model is not asked (beyond the veto)."""
+"""Words that ask, closed with a question mark: the model is not asked (beyond the veto), but
+with ``text_question_unfinished_p``."""
 REQUEST = "can you tell me the opening hours."
 """Words that ask by their order alone: the veto reads them."""
 STATEMENT = "i would like a table for two people."
 """Words that ask for nothing: the model's wait, if it calls them finished."""
-OverAudio = tuple[bool, bool]
-"""``words_over_audio`` and ``model_over_audio``: what may end a turn Smart Turn hears
-unfinished on the model's wait."""
+OverAudio = tuple[bool, bool, float]
+"""``words_over_audio`` and ``model_over_audio`` (what may end a turn Smart Turn hears
+unfinished on the model's wait), and ``text_question_unfinished_p`` (the model's threshold for
+a question mark)."""
 
 
 def expected_ending(
@@ -287,7 +291,7 @@ def expected_ending(
 def ending_by_signals(
     heard: str, verdict: EndOfTurnState, p: float | None, over_audio: OverAudio
 ) -> Ending:
-    words_over_audio, model_over_audio = over_audio
+    words_over_audio, model_over_audio, question_unfinished_p = over_audio
     if verdict != EndOfTurnState.COMPLETE:
         if words_over_audio and heard.endswith(QUESTION):
             return "finished"  # a question mark: the words need no model
@@ -296,7 +300,8 @@ def ending_by_signals(
             return "finished" if model_over_audio and finished else "waited"
         return "finished" if words_over_audio and heard.endswith(REQUEST) and finished else "waited"
     if heard.endswith(QUESTION):
-        return "complete"
+        vetoed = p is not None and p < question_unfinished_p
+        return "finished" if vetoed else "complete"
     if heard.endswith(REQUEST):
         return "waited" if p is not None and p < DEFAULT.text_unfinished_p else "complete"
     finished = p is not None and p >= DEFAULT.text_end_p
@@ -314,8 +319,13 @@ def ending_by_signals(
 )
 @pytest.mark.parametrize(
     "over_audio",
-    [(False, False), (True, False), (True, True)],
-    ids=["Smart Turn decides", "words that ask over it", "and the model's finished too"],
+    [(False, False, 0.0), (True, False, 0.0), (True, True, 0.0), (True, True, 0.02)],
+    ids=[
+        "Smart Turn decides",
+        "words that ask over it",
+        "and the model's finished too",
+        "and the model reads question marks",
+    ],
 )
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
