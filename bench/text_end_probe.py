@@ -266,7 +266,7 @@ def render(read: dict[str, list[float]], took_s: float) -> str:
         **dict.fromkeys(CUT_QUESTIONS, "question cut at a pause"),
     }
     for text, kind in kinds.items():
-        if text in COMPLETE + CUT and not vetoable(text):
+        if kind in ("complete", "cut at a pause") and not vetoable(text):
             kind += " (not the veto's: the words rule decides)"
         cells = " | ".join("0" if p == 0 else f"{p:.3f}" for p in read[text])
         lines.append(f"| {text} | {kind} | {cells} |")

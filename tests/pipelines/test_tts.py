@@ -41,6 +41,10 @@ def audio_of(frames: list[object]) -> tuple[np.ndarray, int]:
     return samples, rates.pop()
 
 
+PIPER_RATE = 22050
+"""The rate of the offline voice's WAVs."""
+
+
 @requires_piper_http
 async def test_piper_server_speaks_through_our_http_service(piper_url: str) -> None:
     service = tts_service(TTSSettings(kind="piper", base_url=piper_url))
@@ -52,7 +56,7 @@ async def test_piper_server_speaks_through_our_http_service(piper_url: str) -> N
     )
     assert not [f for f in up if isinstance(f, ErrorFrame)]
     samples, rate = audio_of(list(down))
-    assert rate == 22050  # the voice's own rate; the output transport resamples
+    assert rate == PIPER_RATE  # the voice's own rate; the output transport resamples
     assert len(samples) / rate > 1.0  # a whole sentence, not a click
     rms = float(np.sqrt(np.mean(samples.astype(np.float64) ** 2)))
     assert rms > 300, f"audio is (nearly) silent: rms {rms:.0f}"
@@ -130,10 +134,6 @@ async def test_piper_speaks_an_answers_first_clause_before_the_rest(piper_url: s
     spoken = [f.text for f in down if type(f) is AggregatedTextFrame]  # not TTSTextFrames
     assert spoken == ["You said:", "turn on the lights.", "Then wait."]
     audio_of(list(down))
-
-
-PIPER_RATE = 22050
-"""The rate of the offline voice's WAVs."""
 
 
 class SteadyPiper(PiperHTTPTTSService):

@@ -219,6 +219,15 @@ async def test_the_model_hears_a_sentence_go_on(local_llm: LLMSettings) -> None:
     assert going_on < 0.01 < finished <= 1  # "What time is it?": 0.24 with no prompt at all
 
 
+def greeted() -> list[tuple[str, str]]:
+    """The conversation before the caller's first words: the voice assistant's system prompt
+    and its greeting."""
+    return [
+        ("system", LLMSettings().system_prompt),
+        ("assistant", "Hello! How can I help you today?"),
+    ]
+
+
 @requires_local_llm
 async def test_the_model_hears_a_fragment_through_the_recognizers_full_stop(
     local_llm: LLMSettings,
@@ -229,10 +238,7 @@ async def test_the_model_hears_a_fragment_through_the_recognizers_full_stop(
     read 0.08 and the finished statement "I would like to book a table for two people." 0.007."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
-    conversation = [
-        ("system", LLMSettings().system_prompt),
-        ("assistant", "Hello! How can I help you today?"),
-    ]
+    conversation = greeted()
     try:
         fragment = await model.probability("Book a table.", conversation)
         finished = await model.probability("Book a table for two people.", conversation)
@@ -254,10 +260,7 @@ async def test_the_default_veto_holds_words_that_must_go_on_and_passes_complete_
     complete requests read under 0.1 (``bench/results/text_end_probe.md``)."""
     assert local_llm.base_url is not None
     model = TextEndOfTurn(local_llm.base_url, local_llm.model, timeout_s=10.0)
-    conversation = [
-        ("system", LLMSettings().system_prompt),
-        ("assistant", "Hello! How can I help you today?"),
-    ]
+    conversation = greeted()
     going_on = ("Can you tell me.", "Could you check.", "Please send me.")
     complete = ("Please cancel my taxi.", "Send me the receipt.", "Call my mother.")
     try:
@@ -677,6 +680,26 @@ async def test_without_the_models_answer_words_do_not_outweigh_smart_turn(
         assert bound_s - 0.02 < turn.after_speech() < bound_s + 0.25, url
 
 
+async def test_a_question_mark_the_model_cannot_read_for_a_fault_ends_as_without_it(
+    make: Any, stalled: str, resetting: str, not_a_completion: str
+) -> None:
+    """With ``text_question_unfinished_p`` a question the recognizer closed waits for the
+    model; a model that stalls, resets the connection or answers something else gives no
+    opinion, and the question mark decides, at once after the client's timeout at the most,
+    never on the model's wait or the bound."""
+    for url in (stalled, resetting, not_a_completion):
+        turn = await make(
+            ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+            text_model=TextEndOfTurn(url, "m", timeout_s=0.15),
+            text_end_wait_s=MODELS_WAIT_S,
+            text_question_unfinished_p=0.5,
+        )
+        await turn.speak()
+        await turn.pause("Can you tell me?")
+        await turn.until_ended(within_s=WAIT_S + 0.5)
+        assert turn.after_speech() < STOP_SECS + 0.15 + 0.15, url
+
+
 async def test_a_late_answer_does_not_decide_the_next_turn(make: Any, stalled: str) -> None:
     """The first turn ends at the bound while the model is still asked; the next turn's
     words are judged on their own."""
@@ -747,10 +770,7 @@ async def test_a_question_the_model_hears_go_on_waits_the_models_wait_under_its_
         text_model=model,
         text_end_wait_s=models_wait_s,
         text_question_unfinished_p=threshold,
-        context=lambda: [
-            ("system", LLMSettings().system_prompt),
-            ("assistant", "Hello! How can I help you today?"),
-        ],
+        context=greeted,
     )
     await turn.speak()
     await turn.pause(words)

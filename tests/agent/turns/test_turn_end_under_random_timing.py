@@ -272,26 +272,26 @@ REQUEST = "can you tell me the opening hours."
 """Words that ask by their order alone: the veto reads them."""
 STATEMENT = "i would like a table for two people."
 """Words that ask for nothing: the model's wait, if it calls them finished."""
-OverAudio = tuple[bool, bool, float]
+Options = tuple[bool, bool, float]
 """``words_over_audio`` and ``model_over_audio`` (what may end a turn Smart Turn hears
 unfinished on the model's wait), and ``text_question_unfinished_p`` (the model's threshold for
 a question mark)."""
 
 
 def expected_ending(
-    heard: str, verdict: EndOfTurnState, p: float | None, over_audio: OverAudio, paused: bool
+    heard: str, verdict: EndOfTurnState, p: float | None, options: Options, paused: bool
 ) -> Ending:
     """How the turn must end once every signal is in: Smart Turn's verdict, then the words,
     then the model's p(end) where it may change the outcome, and a turn the caller hesitated
     in (``paused``) never on the short wait (the strategy's docstring)."""
-    ending = ending_by_signals(heard, verdict, p, over_audio)
+    ending = ending_by_signals(heard, verdict, p, options)
     return "finished" if ending == "complete" and paused else ending
 
 
 def ending_by_signals(
-    heard: str, verdict: EndOfTurnState, p: float | None, over_audio: OverAudio
+    heard: str, verdict: EndOfTurnState, p: float | None, options: Options
 ) -> Ending:
-    words_over_audio, model_over_audio, question_unfinished_p = over_audio
+    words_over_audio, model_over_audio, question_unfinished_p = options
     if verdict != EndOfTurnState.COMPLETE:
         if words_over_audio and heard.endswith(QUESTION):
             return "finished"  # a question mark: the words need no model
@@ -318,7 +318,7 @@ def ending_by_signals(
     ids=["question", "request", "statement"],
 )
 @pytest.mark.parametrize(
-    "over_audio",
+    "options",
     [(False, False, 0.0), (True, False, 0.0), (True, True, 0.0), (True, True, 0.02)],
     ids=[
         "Smart Turn decides",
@@ -330,7 +330,7 @@ def ending_by_signals(
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
-    ending: str, answers: list[float | None], over_audio: OverAudio, data: st.DataObject
+    ending: str, answers: list[float | None], options: Options, data: st.DataObject
 ) -> None:
     """The model answers p(end) on the turn's whole words (0 on fragments) some time after it
     is asked; ``None`` is a model that gave no opinion. Whatever the order in which the
@@ -344,7 +344,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     p = data.draw(st.sampled_from(answers), "p(end)")
     model_s = data.draw(st.floats(0.0, 0.4), "the model's time")
     model = ScriptedTextModel(lambda text: p if text.endswith(ending) else 0.0, model_s)
-    seen = run(segments, smart_turn, model, *over_audio)
+    seen = run(segments, smart_turn, model, *options)
     assert seen["fallbacks"] == 0, "Pipecat's fallback ended the turn"
     assert len(seen["ends"]) == 1, f"{len(seen['ends'])} turn ends: {seen['messages']}"
     assert seen["messages"] == [seen["heard"]]
@@ -357,7 +357,7 @@ def test_the_text_model_changes_when_a_turn_ends_never_how_many_or_its_words(
     paused = DEFAULT.paused_turns_wait and any(
         segment.empty or segment.words in HESITATIONS for segment in segments[:-1]
     )
-    ending = expected_ending(seen["heard"], smart_turn.state, p, over_audio, paused)
+    ending = expected_ending(seen["heard"], smart_turn.state, p, options, paused)
     wait_s = {"complete": 0.0, "finished": DEFAULT.text_end_wait_s, "waited": BOUND_S}[ending]
     assert ended >= speech_end + wait_s - SLACK_S, (
         f"ended {ended - speech_end:.2f} s after the end of speech; a {ending} turn waits "
