@@ -423,7 +423,7 @@ class TurnSettings(_Section):
         ge=0,
         le=1,
         description="text_model: a question the recognizer closed with a question mark "
-        "(text_veto_min_words+ words) ends after text_end_wait_s, not at once, when p(end) is "
+        "(text_veto_min_words+ words) waits for unfinished_wait_s, not at once, when p(end) is "
         "below this: tiny.en writes 'Can you tell me?' at a pause (p 0.000); 0: the question "
         "mark decides. See bench/results/text_end_probe.md.",
     )

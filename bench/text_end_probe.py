@@ -164,8 +164,8 @@ QUESTIONS = (
     "Qué hora es?",
 )
 """Questions a caller asks, closed with a question mark as a recognizer writes them: with
-``turn.text_question_unfinished_p`` the model reads them, and one it reads under it waits the
-model's wait."""
+``turn.text_question_unfinished_p`` the model reads them, and one it reads under it waits for
+the bound."""
 CUT_QUESTIONS = (
     "Can you tell me?",
     "Can you?",
@@ -180,7 +180,7 @@ CUT_QUESTIONS = (
 )
 """Questions cut by a pause, closed with a question mark as tiny.en writes some ("Can you tell
 me?", "Can you?" on the extended turn-taking set): with ``turn.text_question_unfinished_p``
-those the model reads under it wait the model's wait; without it they end at the pause whenever
+those the model reads under it wait for the bound; without it they end at the pause whenever
 Smart Turn calls the pause complete."""
 THRESHOLDS = (0.1, 0.05, 0.02, 0.01, 0.001)
 
@@ -242,15 +242,15 @@ def render(read: dict[str, list[float]], took_s: float) -> str:
         "",
         "The veto leaves a question the recognizer closed with a question mark to the words "
         "(it ends at once when Smart Turn calls it complete), unless "
-        "`turn.text_question_unfinished_p` is set: then one the model reads under it waits the "
-        "model's wait (`turn.text_end_wait_s`). tiny.en closes some fragments so; the cost is "
+        "`turn.text_question_unfinished_p` is set: then one the model reads under it waits for "
+        "the bound (`turn.unfinished_wait_s`). tiny.en closes some fragments so; the cost is "
         "on real questions the model reads as going on.",
         "",
         *threshold_table(
             read,
             list(QUESTIONS),
             list(CUT_QUESTIONS),
-            ("complete questions that wait the model's wait", "cut questions let end at the pause"),
+            ("complete questions that wait for the bound", "cut questions let end at the pause"),
         ),
         "",
         "Per text (0: no end mark among the model's 20 likeliest next tokens; the reading sums "

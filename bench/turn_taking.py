@@ -241,8 +241,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     ),
     "+ that, and a turn the text model reads finished ends on its wait when Smart Turn hears "
     "it unfinished": _models_wait(0.02, 0.8, **_MODEL_OVER_AUDIO),
-    "+ that, and a question the model reads going on (p(end) < 0.001) ends on its wait, though "
-    "the recognizer closed it with a question mark": _models_wait(
+    "+ that, and a question the model reads going on (p(end) < 0.001) waits for the bound, "
+    "though the recognizer closed it with a question mark": _models_wait(
         0.02, 0.8, **_MODEL_OVER_AUDIO, text_question_unfinished_p=0.001
     ),
     "+ text model: that veto, and any turn at p(end) >= 0.3": {

@@ -30,11 +30,11 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   conversation so far to read meanwhile, so the question at the turn's end reads only the
   words.
   With ``text_question_unfinished_p``, a question the recognizer closed with a question mark
-  the model reads under it ends on that middle wait rather than at once: the signals are split
-  (the recognizer and Smart Turn hear a question, the model words that go on), as when tiny.en
-  writes "Can you tell me?" at the pause in "can you tell me... the opening hours". Its
-  threshold is its own, far under the veto's: the model reads most real questions low without
-  their mark ("Do you deliver" 0.008), and the cut ones at 0 (``bench/results/text_end_probe.md``).
+  the model reads under it waits for the bound as a vetoed request does, as when tiny.en writes
+  "Can you tell me?" and "Can you?" at the pauses in "can you tell me... the opening hours" and
+  "can you... check my last order" (0.84 s, past the middle wait). Its threshold is its own,
+  far under the veto's: the model reads most real questions low without their mark ("Do you
+  deliver" 0.008), and the cut ones at 0 (``bench/results/text_end_probe.md``).
   With ``answer_ahead``, the answer is started (a Pipecat speculation, held by the LLM
   service until the turn ends and withdrawn if the user goes on) as soon as every signal is
   in and the turn only waits out that quiet, so the LLM's time to its first words is spent
@@ -268,7 +268,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 would end on the short wait ends after ``text_end_wait_s`` instead.
             text_question_unfinished_p: With Smart Turn's complete verdict, a question the
                 recognizer closed with a question mark (``text_veto_min_words`` words or more)
-                whose p(end) is below this ends after ``text_end_wait_s``, not at once; 0:
+                whose p(end) is below this waits for ``unfinished_wait_s``, not at once; 0:
                 never (the question mark decides). A recognizer may close a fragment so
                 ("Can you tell me?", as tiny.en does), which the model reads going on (0.000);
                 a question it reads so ("Are you open?") is answered that much later.
@@ -588,11 +588,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if p is None:  # no model, or it did not answer: the words decide, as without it
             return "complete" if asks else "waited"
         if asks:
-            if p >= self._veto_below(self._text):
-                return "complete"
-            # The model hears the words going on. A question mark says the recognizer heard
-            # a question: with the signals split, the middle wait, not the bound.
-            return "finished" if ends_with_question_mark(last_sentence(self._text)) else "waited"
+            # Under the veto's threshold (a question mark's own, far lower) the model hears
+            # the words going on: they wait for the bound, as a fragment does.
+            return "complete" if p >= self._veto_below(self._text) else "waited"
         return "finished" if self._model_reads_finished() else "waited"
 
     def _veto_below(self, text: str) -> float:

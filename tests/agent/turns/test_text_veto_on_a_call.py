@@ -114,7 +114,7 @@ async def test_a_fragment_tiny_en_closes_with_a_question_mark_is_not_answered_at
     """The offline profile's recognizer, tiny.en, writes the pause in "can you tell me... the
     opening hours" as "Can you tell me?", a question, and Smart Turn hears a finished question
     in the voice. The model reads the words going on (p(end) 0.000): under the offline
-    profile's ``turn.text_question_unfinished_p`` the turn waits the model's wait, which the
+    profile's ``turn.text_question_unfinished_p`` the turn waits for the bound, which the
     0.68 s pause does not outlast, and the bot answers once the caller has finished."""
     speech, length_s = CAN_YOU_TELL_ME.audio(8000)
     caller, ended, app = await call_with_tiny_en(
@@ -129,8 +129,8 @@ async def test_a_fragment_tiny_en_closes_with_a_question_mark_is_not_answered_at
 
 @pytest.mark.parametrize(
     ("threshold", "ending"),
-    [(0.001, "finished"), (0.0, "complete")],
-    ids=["the offline profile's threshold: the model's wait", "the question mark decides"],
+    [(0.001, "waited"), (0.0, "complete")],
+    ids=["the offline profile's threshold: the bound", "the question mark decides"],
 )
 async def test_how_a_question_tiny_en_closes_ends_is_the_thresholds_choice(
     local_llm: LLMSettings,
@@ -141,7 +141,7 @@ async def test_how_a_question_tiny_en_closes_ends_is_the_thresholds_choice(
     ending: str,
 ) -> None:
     """The caller says "can you tell me" and stops there. How the turn ends then depends on
-    the words and the models alone: on the model's wait under the threshold, at once when the
+    the words and the models alone: at the bound under the threshold, at once when the
     question mark decides (the answer at the pause of the utterance above, on a machine whose
     recognizer is done before the caller goes on). The bound is long here, so that the
     transcript and the model's answer come before it on a loaded machine too (the final took

@@ -301,7 +301,7 @@ def ending_by_signals(
         return "finished" if words_over_audio and heard.endswith(REQUEST) and finished else "waited"
     if heard.endswith(QUESTION):
         vetoed = p is not None and p < question_unfinished_p
-        return "finished" if vetoed else "complete"
+        return "waited" if vetoed else "complete"
     if heard.endswith(REQUEST):
         return "waited" if p is not None and p < DEFAULT.text_unfinished_p else "complete"
     finished = p is not None and p >= DEFAULT.text_end_p
