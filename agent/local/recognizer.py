@@ -94,11 +94,15 @@ class WhisperRecognizer:
         return "" if is_no_speech(text) else text
 
     def _full_window(self, audio: np.ndarray) -> str:
-        """faster-whisper's own path: a 30 s window, with its temperature fallback."""
+        """faster-whisper's own path on a 30 s window, greedy, without its temperature
+        fallback: a turn's audio reaches this path when the short window doubts it, mostly
+        on a noisy line, where up to five more decodes at higher temperatures made a caller
+        wait up to 1.6 s for the final for no better words (``bench/noisy_finals.py``)."""
         segments, _info = self._model.transcribe(
             audio,
             language="en",
             beam_size=1,
+            temperature=0.0,
             vad_filter=False,
             condition_on_previous_text=False,
             without_timestamps=True,

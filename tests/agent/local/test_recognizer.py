@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,10 @@ from agent.local.recognizer import (
 )
 from agent.stt.audio import resample
 from tests.conftest import requires_espeak
+from tests.fakes.line_noise import line
+from tests.fakes.paused_speech import phrase_audio
 from tests.fakes.speech import SENTENCES, speech_at, word_error_rate
+from tests.fakes.twilio_caller import from_ulaw, to_ulaw
 
 RATE = 16_000
 
@@ -165,6 +169,41 @@ def test_the_short_window_answers_no_speech_only_when_the_model_agrees(
     score; a hypothesis with no word and a high no-speech probability needs no second decode."""
     monkeypatch.setattr(whisper._short, "decode", lambda audio: hypothesis)
     assert whisper._short.transcribe(np.zeros(RATE, np.float32)) == answer
+
+
+class CountingDecoder:
+    """CTranslate2's Whisper model, counting its ``generate`` calls (one per decode)."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.decodes = 0
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        self.decodes += 1
+        return self._model.generate(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def test_a_turn_the_short_window_doubts_is_decoded_once_more_not_again_and_again(
+    whisper: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "um" on a phone line with white noise 10 dB under it: the short window doubts its
+    decode, and the full window's greedy decode is doubtful too. faster-whisper would retry
+    it at five higher temperatures (a final 1.2 s late, ``bench/results/noisy_finals.md``);
+    the recognizer takes the one decode's words."""
+    before, speech, after = line(
+        phrase_audio("um", 8000).tobytes(), 8000, "white", 10, before_s=0.3, after_s=0.2
+    )
+    phone = from_ulaw(to_ulaw(before + speech + after)).tobytes()
+    audio = pcm16_to_float(resample(phone, 8000, RATE))
+    short = whisper._short.decode(audio)
+    assert short is not None and not whisper._short.trusted(short), "the short window trusted it"
+    counting = CountingDecoder(whisper._model.model)
+    monkeypatch.setattr(whisper._model, "model", counting)
+    whisper._full_window(audio)
+    assert counting.decodes == 1
 
 
 def test_ctranslate2_is_pinned_to_onednn_unless_the_user_chose() -> None:
