@@ -97,7 +97,7 @@ class WhisperRecognizer:
         """faster-whisper's own path on a 30 s window, greedy, without its temperature
         fallback: a turn's audio reaches this path when the short window doubts it, mostly
         on a noisy line, where up to five more decodes at higher temperatures made a caller
-        wait up to 1.6 s for the final for no better words (``bench/noisy_finals.py``)."""
+        wait up to 1.7 s for the final for no better words (``bench/noisy_finals.py``)."""
         segments, _info = self._model.transcribe(
             audio,
             language="en",

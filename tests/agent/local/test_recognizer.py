@@ -189,10 +189,10 @@ class CountingDecoder:
 def test_a_turn_the_short_window_doubts_is_decoded_once_more_not_again_and_again(
     whisper: WhisperRecognizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ "um" on a phone line with white noise 10 dB under it: the short window doubts its
-    decode, and the full window's greedy decode is doubtful too. faster-whisper would retry
-    it at five higher temperatures (a final 1.2 s late, ``bench/results/noisy_finals.md``);
-    the recognizer takes the one decode's words."""
+    """A caller's "um" on a phone line with white noise 10 dB under it: the short window
+    doubts its decode, and the full window's greedy decode is doubtful too. faster-whisper
+    would retry it at five higher temperatures (a final 1.2 s late,
+    ``bench/results/noisy_finals.md``); the recognizer takes the one decode's words."""
     before, speech, after = line(
         phrase_audio("um", 8000).tobytes(), 8000, "white", 10, before_s=0.3, after_s=0.2
     )
