@@ -81,15 +81,10 @@ def segments(kind: str, snr_db: float | None) -> list[tuple[str, np.ndarray]]:
 
 def decode_with_fallback(recognizer: Any, audio: np.ndarray) -> str:
     """faster-whisper's full path as it comes: the product's call, with the fallback."""
-    segments_, _ = recognizer._model.transcribe(
-        audio,
-        language="en",
-        beam_size=1,
-        temperature=FALLBACK,
-        vad_filter=False,
-        condition_on_previous_text=False,
-        without_timestamps=True,
-    )
+    from agent.local.recognizer import FULL_WINDOW_OPTIONS
+
+    options = {**FULL_WINDOW_OPTIONS, "temperature": FALLBACK}
+    segments_, _ = recognizer._model.transcribe(audio, **options)
     return "".join(segment.text for segment in segments_).strip()
 
 

@@ -17,7 +17,7 @@ clock: this times nothing, and a run is deterministic on one machine (temperatur
 
 Then the same for questions the recognizer closed with a question mark, which the veto leaves
 to the words unless ``turn.text_question_unfinished_p`` is set: per threshold, the complete
-questions it would make wait the model's wait and the cut ones ("Can you tell me?", as tiny.en
+questions it would make wait for the bound and the cut ones ("Can you tell me?", as tiny.en
 writes the pause) it would still let end at their pause.
 
     .venv/bin/python -m bench.text_end_probe [--no-write]

