@@ -147,6 +147,8 @@ class RealtimeSession:
         self._final_requested = asyncio.Event()
         self._finishing = False
         self._generation: asyncio.Task[None] | None = None
+        self._in_flight: tuple[int, asyncio.Future[tuple[str, float]]] | None = None
+        """The partial decode under way: the samples it covers, its job."""
 
     async def run(self) -> None:
         await self._ws.accept()
@@ -230,6 +232,7 @@ class RealtimeSession:
                 self._open_generation()
             self._final_requested.set()
             self._finishing = True
+            self._settle_partial()
         elif not running:
             self._open_generation()
         # else: a start commit while a generation is open is ignored, as in vLLM
@@ -276,7 +279,7 @@ class RealtimeSession:
                     arrived.cancel()
                     continue
                 try:
-                    hypothesis, spent = await self._partial(final)
+                    hypothesis, spent = await self._partial()
                 except DecoderBusy:  # the decoder is overloaded: no partial this round
                     next_start = loop.time() + self._interval
                     continue
@@ -299,20 +302,37 @@ class RealtimeSession:
         finally:
             final.cancel()
 
-    async def _partial(self, final: asyncio.Task[Any]) -> tuple[_Hypothesis | None, float]:
-        """Decode the open buffer; ``None`` if the final commit made the result moot."""
+    async def _partial(self) -> tuple[_Hypothesis | None, float]:
+        """Decode the open buffer; ``None`` if the final commit made the result moot
+        (:meth:`_settle_partial`)."""
         samples = self._samples()
         future = self._decoder.submit(
             self._audio(samples), priority=DecodeQueue.PARTIAL, session=self
         )
+        self._in_flight = (samples, future)
         try:
-            await asyncio.wait({future, final}, return_when=asyncio.FIRST_COMPLETED)
-            if not future.done() and not self._decoder.is_running(future):
-                future.cancel()  # not started: the final decode will cover its audio
+            await asyncio.wait({future})
+            if future.cancelled():
                 return None, 0.0
-            text, spent = await future
+            text, spent = future.result()
             return _Hypothesis(samples, text), spent
         finally:
+            self._in_flight = None
+            future.cancel()
+
+    def _settle_partial(self) -> None:
+        """At the final commit, keep the partial decode in flight only if it has started and
+        ``done`` will reuse it (it covers the speech); drop any other. A pass of it already
+        running finishes unread: the final decodes the whole turn anyway, and waiting for a
+        partial's second pass made a noisy line's finals ~0.4 s later."""
+        if self._in_flight is None:
+            return
+        samples, future = self._in_flight
+        if self._decoder.has_started(future) and self._reusable(
+            _Hypothesis(samples, ""), self._samples()
+        ):
+            self._decoder.promote(future)  # it is this session's final now
+        else:
             future.cancel()
 
     async def _finish(self, emitted: str, last: _Hypothesis | None) -> None:

@@ -21,7 +21,8 @@ import zlib
 from collections.abc import Callable, Container, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -60,6 +61,20 @@ class Recognizer(Protocol):
     """Turns one utterance of 16 kHz mono float32 audio into text. Called from one thread."""
 
     def transcribe(self, audio: np.ndarray) -> str: ...
+
+
+@runtime_checkable
+class TwoPassRecognizer(Recognizer, Protocol):
+    """A recognizer whose quick first pass may doubt its words and leave them to a slower
+    second pass: :class:`DecodeQueue` runs the passes as two turns on the decoder, so a final
+    waits behind at most one pass of a partial, and a partial no one needs any more is
+    dropped between them."""
+
+    def first_pass(self, audio: np.ndarray) -> str | None:
+        """The text, or ``None`` when the second pass should decide."""
+        ...
+
+    def second_pass(self, audio: np.ndarray) -> str: ...
 
 
 class ModelUnavailableError(RuntimeError):
@@ -101,11 +116,19 @@ class WhisperRecognizer:
         self._short = _ShortWindowDecoder(self._model)
 
     def transcribe(self, audio: np.ndarray) -> str:
+        text = self.first_pass(audio)
+        return self.second_pass(audio) if text is None else text
+
+    def first_pass(self, audio: np.ndarray) -> str | None:
+        """The short window's text, or ``None`` when it doubts it (:class:`_ShortWindowDecoder`)."""
         if audio.size == 0 or float(np.max(np.abs(audio))) < 1e-4:
             return ""  # digital silence: whisper would only hallucinate
         text = self._short.transcribe(audio)
-        text = self._full_window(audio) if text is None else text
-        return "" if is_no_speech(text) else text
+        return None if text is None else _words_or_nothing(text)
+
+    def second_pass(self, audio: np.ndarray) -> str:
+        """The full window's text, for audio the short window doubted."""
+        return _words_or_nothing(self._full_window(audio))
 
     def _full_window(self, audio: np.ndarray) -> str:
         """faster-whisper's own path on a 30 s window (:data:`FULL_WINDOW_OPTIONS`)."""
@@ -124,6 +147,10 @@ def is_no_speech(text: str) -> bool:
     """Whether a hypothesis holds no word: only punctuation, or only fillers. A turn with no
     words must reach the client as "" so it answers nothing, not "." or "Um."."""
     return all(token.lower() in FILLERS for token in _WORD.findall(text))
+
+
+def _words_or_nothing(text: str) -> str:
+    return "" if is_no_speech(text) else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,8 +287,12 @@ class _Job:
     priority: int
     seq: int
     session: object
-    run: Callable[[], Any] = field(repr=False)
-    future: asyncio.Future[Any] = field(repr=False)
+    passes: list[Callable[[], str | None]] = field(repr=False)
+    """What is left to run, one turn on the decoder each; a pass's ``None`` hands the job on
+    to the next."""
+    future: asyncio.Future[tuple[str, float]] = field(repr=False)
+    spent_s: float = 0.0
+    started: bool = False
 
 
 class DecodeQueue:
@@ -276,7 +307,13 @@ class DecodeQueue:
     Cancelling the future returned by :meth:`submit` drops a job that hasn't started; a job
     already running finishes on the worker (C++ can't be interrupted) and its result is
     discarded, so a vanished client costs at most one decode.
-    """
+
+    With a :class:`TwoPassRecognizer` a job whose first pass doubts its words queues again for
+    the second, in its turn: a final submitted meanwhile goes first, and a job cancelled
+    between its passes never runs the second. On a line with talkers behind the caller
+    tiny.en's short window doubted about half of its decodes, and a final waited behind a
+    partial's full-window decode (~0.4 s) that the final made moot
+    (``bench/results/turn_taking_extended.md``)."""
 
     FINAL = 0
     PARTIAL = 1
@@ -294,7 +331,7 @@ class DecodeQueue:
         self._wakeup = asyncio.Event()
         self._seq = itertools.count()
         self._runner: asyncio.Task[None] | None = None
-        self._running: asyncio.Future[Any] | None = None
+        self._running: _Job | None = None
         self._max_waiting = max_waiting
         self._half_life_s = fairness_half_life_s
         self._used: dict[object, tuple[float, float]] = {}  # session → (seconds, at)
@@ -312,9 +349,22 @@ class DecodeQueue:
         self._waiting.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def is_running(self, future: asyncio.Future[Any]) -> bool:
-        """Whether this job is on the worker now (cancelling it would free nothing)."""
-        return future is self._running
+    def has_started(self, future: asyncio.Future[Any]) -> bool:
+        """Whether this job is on the worker now or has run a pass already (cancelling it
+        would not save its first pass)."""
+        job = self._job(future)
+        return job is not None and job.started
+
+    def promote(self, future: asyncio.Future[Any]) -> None:
+        """Let this job's remaining passes go with the finals (a partial that now stands for
+        its session's final)."""
+        job = self._job(future)
+        if job is not None:
+            job.priority = self.FINAL
+
+    def _job(self, future: asyncio.Future[Any]) -> _Job | None:
+        jobs = [self._running, *self._waiting] if self._running else self._waiting
+        return next((job for job in jobs if job.future is future), None)
 
     def submit(
         self, audio: np.ndarray, *, priority: int, session: object = None
@@ -328,13 +378,13 @@ class DecodeQueue:
         if len(self._waiting) >= self._max_waiting:
             raise DecoderBusy(f"{len(self._waiting)} decodes are waiting")
         future: asyncio.Future[tuple[str, float]] = asyncio.get_running_loop().create_future()
-
-        def run() -> tuple[str, float]:
-            started = time.perf_counter()
-            text = self.recognizer.transcribe(audio)
-            return text, time.perf_counter() - started
-
-        self._waiting.append(_Job(priority, next(self._seq), session, run, future))
+        recognizer = self.recognizer
+        passes: list[Callable[[], str | None]]
+        if isinstance(recognizer, TwoPassRecognizer):
+            passes = [partial(recognizer.first_pass, audio), partial(recognizer.second_pass, audio)]
+        else:
+            passes = [partial(recognizer.transcribe, audio)]
+        self._waiting.append(_Job(priority, next(self._seq), session, passes, future))
         self._wakeup.set()
         return future
 
@@ -363,10 +413,11 @@ class DecodeQueue:
             job = self._next()
             if job.future.done():  # cancelled while waiting: its client moved on or left
                 continue
-            self._running = job.future
+            self._running = job
+            job.started = True
             started = time.monotonic()
             try:
-                result = await loop.run_in_executor(self._executor, job.run)
+                text = await loop.run_in_executor(self._executor, job.passes.pop(0))
             except asyncio.CancelledError:
                 job.future.cancel()
                 raise
@@ -376,6 +427,12 @@ class DecodeQueue:
                 continue
             finally:
                 self._running = None
-                self._charge(job.session, time.monotonic() - started)
-            if not job.future.done():
-                job.future.set_result(result)
+                spent = time.monotonic() - started
+                job.spent_s += spent
+                self._charge(job.session, spent)
+            if job.future.done():
+                continue
+            if text is None and job.passes:
+                self._waiting.append(job)  # the next pass, in its turn
+            else:
+                job.future.set_result((text or "", job.spent_s))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -547,3 +548,97 @@ def test_the_loudness_tracker_finds_where_speech_ended() -> None:
         loudness.extend(buffer)
     ended = last_loud_sample(speech)
     assert ended - 0.1 * RATE < loudness.loud_until <= ended + 320  # within a 20 ms window
+
+
+class DoubtingRecognizer:
+    """tiny.en on a noisy line, as the decoder sees it: a quick first pass that doubts every
+    decode, and a second pass that hears "hello there". Notes how much audio each pass
+    covered; every first pass waits until the test lets it finish (``release``)."""
+
+    def __init__(self) -> None:
+        self.first: list[int] = []
+        self.second: list[int] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        return self.first_pass(audio) or self.second_pass(audio)
+
+    def first_pass(self, audio: np.ndarray) -> str | None:
+        self.started.set()
+        assert self.release.wait(10), "the test never let the first pass finish"
+        self.first.append(audio.size)
+        return None
+
+    def second_pass(self, audio: np.ndarray) -> str:
+        self.second.append(audio.size)
+        return "hello there"
+
+
+@pytest.fixture
+def doubting_server(asr_model_name: str) -> Iterator[tuple[str, DoubtingRecognizer]]:
+    """A server whose first periodic partial starts 0.2 s into the turn."""
+    recognizer = DoubtingRecognizer()
+    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=0.2)
+    server = BackgroundServer(build_app(settings, recognizer))
+    port = server.start()
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/realtime", recognizer
+    finally:
+        server.stop()
+
+
+def line_noise(seconds: float) -> bytes:
+    """Loud noise: the server's loudness tracker hears it all as speech, to its last sample."""
+    noise = np.random.default_rng(7).integers(-8000, 8000, int(seconds * RATE), dtype=np.int16)
+    return noise.astype("<i2").tobytes()
+
+
+async def commit_while_the_first_pass_runs(
+    ws: ClientConnection, recognizer: DoubtingRecognizer
+) -> Turn:
+    """The final commit, read by the server (it answers a bad event after it) while a
+    partial's first pass still runs; then the pass may finish."""
+    await ws.send(Commit(final=True).to_json())
+    await ws.send("not json")
+    await expect_error(ws, "invalid_json")
+    recognizer.release.set()
+    return await until_done(ws)
+
+
+async def test_a_final_does_not_wait_for_the_second_pass_of_a_partial_it_made_moot(
+    doubting_server: tuple[str, DoubtingRecognizer], asr_model_name: str
+) -> None:
+    """Speech up to the commit, past what the partial covers: ``done`` cannot reuse that
+    partial, so its doubtful words are not decoded again the slow way; only the final is."""
+    url, recognizer = doubting_server
+    ws = await open_session(url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, line_noise(1.0))
+        assert await asyncio.to_thread(recognizer.started.wait, 10), "no partial started"
+        await stream(ws, line_noise(0.3))
+        turn = await commit_while_the_first_pass_runs(ws, recognizer)
+    assert turn.done is not None and turn.done.text == "hello there"
+    final = int(1.3 * RATE)
+    assert recognizer.first[0] < final, "the partial covered the whole turn"
+    assert recognizer.first[1:] == [final]
+    assert recognizer.second == [final], "a moot partial's second pass ran"
+
+
+async def test_a_partial_that_covers_the_speech_finishes_for_done_to_reuse(
+    doubting_server: tuple[str, DoubtingRecognizer], asr_model_name: str
+) -> None:
+    """Speech, then quiet: the partial the end of speech started covers the turn, so its
+    second pass runs and ``done`` reuses it rather than decoding the turn again."""
+    url, recognizer = doubting_server
+    ws = await open_session(url, asr_model_name)
+    async with ws:
+        await ws.send(Commit().to_json())
+        await stream(ws, line_noise(1.0) + SILENCE_400MS)
+        assert await asyncio.to_thread(recognizer.started.wait, 10), "no partial started"
+        turn = await commit_while_the_first_pass_runs(ws, recognizer)
+    assert turn.done is not None and turn.done.text == "hello there"
+    assert len(recognizer.first) == 1, "done decoded the turn again"
+    assert recognizer.first[0] > int(1.0 * RATE), "the partial missed the speech's end"
+    assert recognizer.second == recognizer.first

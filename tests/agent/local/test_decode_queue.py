@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -71,3 +72,85 @@ async def test_too_much_waiting_work_is_refused_not_queued() -> None:
     waiting[0].cancel()  # a cancelled job frees its place
     queue.submit(job(4), priority=DecodeQueue.FINAL, session=4).cancel()
     await queue.close()
+
+
+class DoubtingRecognizer:
+    """A two-pass stand-in: the first pass doubts every job whose label is odd and leaves it
+    to the second; each pass waits until the test lets it finish (``release``)."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def first_pass(self, audio: np.ndarray) -> str | None:
+        return self._pass(audio, "first", doubt=int(audio[0]) % 2 == 1)
+
+    def second_pass(self, audio: np.ndarray) -> str:
+        return self._pass(audio, "second", doubt=False) or ""
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        raise AssertionError("the queue runs the passes one by one")
+
+    def _pass(self, audio: np.ndarray, name: str, *, doubt: bool) -> str | None:
+        self.started.set()
+        assert self.release.wait(10), "the test never let the pass finish"
+        self.order.append(f"job-{int(audio[0])} {name}")
+        return None if doubt else f"job-{int(audio[0])}"
+
+
+async def started(recognizer: DoubtingRecognizer) -> None:
+    """Until a pass is on the worker."""
+    assert await asyncio.to_thread(recognizer.started.wait, 10)
+
+
+async def test_a_final_goes_between_the_two_passes_of_a_doubted_partial() -> None:
+    recognizer = DoubtingRecognizer()
+    queue = DecodeQueue(recognizer)
+    queue.start()
+    try:
+        partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
+        await started(recognizer)
+        final = queue.submit(job(2), priority=DecodeQueue.FINAL, session="b")
+        recognizer.release.set()
+        assert (await final)[0] == "job-2"
+        assert (await partial)[0] == "job-1"
+    finally:
+        await queue.close()
+    assert recognizer.order == ["job-1 first", "job-2 first", "job-1 second"]
+
+
+async def test_a_job_cancelled_between_its_passes_never_runs_the_second() -> None:
+    recognizer = DoubtingRecognizer()
+    queue = DecodeQueue(recognizer)
+    queue.start()
+    try:
+        partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
+        await started(recognizer)
+        assert queue.has_started(partial)
+        partial.cancel()  # the final made it moot while its first pass ran
+        recognizer.release.set()
+        await queue.submit(job(2), priority=DecodeQueue.FINAL, session="a")
+    finally:
+        await queue.close()
+    assert recognizer.order == ["job-1 first", "job-2 first"]
+
+
+async def test_a_promoted_partial_runs_its_second_pass_before_other_partials() -> None:
+    """A partial that stands for its session's final (``done`` will reuse it) goes with the
+    finals: before another session's partial, though its own session has used the decoder
+    more."""
+    recognizer = DoubtingRecognizer()
+    queue = DecodeQueue(recognizer)
+    queue.start()
+    try:
+        partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
+        await started(recognizer)
+        other = queue.submit(job(2), priority=DecodeQueue.PARTIAL, session="b")
+        assert not queue.has_started(other)
+        queue.promote(partial)
+        recognizer.release.set()
+        await asyncio.gather(partial, other)
+    finally:
+        await queue.close()
+    assert recognizer.order == ["job-1 first", "job-1 second", "job-2 first"]
