@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,20 @@ async def expect_error(ws: ClientConnection, code: str) -> ErrorEvent:
 
 def assert_heard(reference: str, text: str) -> None:
     assert word_error_rate(reference, text) <= 0.2, f"heard {text!r} for {reference!r}"
+
+
+@contextmanager
+def serving(recognizer: Any, model_name: str, *, decode_interval_s: float) -> Iterator[str]:
+    """A server of its own around ``recognizer``; yields its realtime URL."""
+    settings = ASRServerSettings(
+        port=0, served_model_name=model_name, decode_interval_s=decode_interval_s
+    )
+    server = BackgroundServer(build_app(settings, recognizer))
+    port = server.start()
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/realtime"
+    finally:
+        server.stop()
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -395,13 +410,8 @@ class FlakyRecognizer:
 
 @pytest.fixture
 def flaky_server_url(asr_model_name: str) -> Iterator[str]:
-    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=60)
-    server = BackgroundServer(build_app(settings, FlakyRecognizer()))
-    port = server.start()
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime"
-    finally:
-        server.stop()
+    with serving(FlakyRecognizer(), asr_model_name, decode_interval_s=60) as url:
+        yield url
 
 
 async def test_a_failed_decode_is_a_processing_error_and_the_session_goes_on(
@@ -491,13 +501,8 @@ def counted_server(asr_model_name: str) -> Iterator[tuple[str, CountingRecognize
     """A server whose only partials are those the end of speech starts (no periodic ones)."""
     pytest.importorskip("faster_whisper", reason="the offline recognizer needs faster-whisper")
     recognizer = CountingRecognizer()
-    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=60)
-    server = BackgroundServer(build_app(settings, recognizer))
-    port = server.start()
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime", recognizer
-    finally:
-        server.stop()
+    with serving(recognizer, asr_model_name, decode_interval_s=60) as url:
+        yield url, recognizer
 
 
 async def test_the_end_of_speech_starts_a_decode_that_done_reuses(
@@ -579,13 +584,8 @@ class DoubtingRecognizer:
 def doubting_server(asr_model_name: str) -> Iterator[tuple[str, DoubtingRecognizer]]:
     """A server whose first periodic partial starts 0.2 s into the turn."""
     recognizer = DoubtingRecognizer()
-    settings = ASRServerSettings(port=0, served_model_name=asr_model_name, decode_interval_s=0.2)
-    server = BackgroundServer(build_app(settings, recognizer))
-    port = server.start()
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime", recognizer
-    finally:
-        server.stop()
+    with serving(recognizer, asr_model_name, decode_interval_s=0.2) as url:
+        yield url, recognizer
 
 
 def line_noise(seconds: float) -> bytes:

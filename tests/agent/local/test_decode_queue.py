@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import numpy as np
 import pytest
@@ -104,35 +106,37 @@ async def started(recognizer: DoubtingRecognizer) -> None:
     assert await asyncio.to_thread(recognizer.started.wait, 10)
 
 
-async def test_a_final_goes_between_the_two_passes_of_a_doubted_partial() -> None:
-    recognizer = DoubtingRecognizer()
+@asynccontextmanager
+async def running(recognizer: DoubtingRecognizer) -> AsyncIterator[DecodeQueue]:
     queue = DecodeQueue(recognizer)
     queue.start()
     try:
+        yield queue
+    finally:
+        await queue.close()
+
+
+async def test_a_final_goes_between_the_two_passes_of_a_doubted_partial() -> None:
+    recognizer = DoubtingRecognizer()
+    async with running(recognizer) as queue:
         partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
         await started(recognizer)
         final = queue.submit(job(2), priority=DecodeQueue.FINAL, session="b")
         recognizer.release.set()
         assert (await final)[0] == "job-2"
         assert (await partial)[0] == "job-1"
-    finally:
-        await queue.close()
     assert recognizer.order == ["job-1 first", "job-2 first", "job-1 second"]
 
 
 async def test_a_job_cancelled_between_its_passes_never_runs_the_second() -> None:
     recognizer = DoubtingRecognizer()
-    queue = DecodeQueue(recognizer)
-    queue.start()
-    try:
+    async with running(recognizer) as queue:
         partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
         await started(recognizer)
         assert queue.has_started(partial)
         partial.cancel()  # the final made it moot while its first pass ran
         recognizer.release.set()
         await queue.submit(job(2), priority=DecodeQueue.FINAL, session="a")
-    finally:
-        await queue.close()
     assert recognizer.order == ["job-1 first", "job-2 first"]
 
 
@@ -141,9 +145,7 @@ async def test_a_promoted_partial_runs_its_second_pass_before_other_partials() -
     finals: before another session's partial, though its own session has used the decoder
     more."""
     recognizer = DoubtingRecognizer()
-    queue = DecodeQueue(recognizer)
-    queue.start()
-    try:
+    async with running(recognizer) as queue:
         partial = queue.submit(job(1), priority=DecodeQueue.PARTIAL, session="a")
         await started(recognizer)
         other = queue.submit(job(2), priority=DecodeQueue.PARTIAL, session="b")
@@ -151,6 +153,4 @@ async def test_a_promoted_partial_runs_its_second_pass_before_other_partials() -
         queue.promote(partial)
         recognizer.release.set()
         await asyncio.gather(partial, other)
-    finally:
-        await queue.close()
     assert recognizer.order == ["job-1 first", "job-1 second", "job-2 first"]
