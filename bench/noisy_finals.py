@@ -105,12 +105,10 @@ def measure() -> tuple[list[str], list[str]]:
     for kind, snr_db in LINES:
         name = kind if snr_db is None else f"{kind} {snr_db:g} dB"
         doubted = 0
-        greedy_s, fallback_s, greedy_wer, fallback_wer, short_s = [], [], [], [], []
+        greedy_s, fallback_s, greedy_wer, fallback_wer = [], [], [], []
         cases = segments(kind, snr_db)
         for index, (phrase, audio) in enumerate(cases):
-            started = time.perf_counter()
             hypothesis = short.decode(audio)
-            short_s.append(time.perf_counter() - started)
             if hypothesis is None or short.trusted(hypothesis):
                 continue
             doubted += 1

@@ -328,9 +328,7 @@ class RealtimeSession:
         if self._in_flight is None:
             return
         samples, future = self._in_flight
-        if self._decoder.has_started(future) and self._reusable(
-            _Hypothesis(samples, ""), self._samples()
-        ):
+        if self._decoder.has_started(future) and self._reusable(samples, self._samples()):
             self._decoder.promote(future)  # it is this session's final now
         else:
             future.cancel()
@@ -339,7 +337,7 @@ class RealtimeSession:
         samples = self._samples()
         if samples == 0:
             text = ""
-        elif last is not None and self._reusable(last, samples):
+        elif last is not None and self._reusable(last.samples, samples):
             text = last.text
         else:
             logger.debug("final decode of %d samples (partial covered %s)", samples, last)
@@ -382,14 +380,15 @@ class RealtimeSession:
             texts.append(text)
         return " ".join(t for t in texts if t)
 
-    def _reusable(self, last: _Hypothesis, samples: int) -> bool:
-        """The last partial stands for the whole turn if only silence came after it.
+    def _reusable(self, covered: int, samples: int) -> bool:
+        """A partial of the first ``covered`` samples stands for the whole turn if only
+        silence came after it.
 
         This is what makes ``done`` fast: a client ends a turn after its VAD heard silence,
         and by then a partial decode (started when the speech ended, see
         :data:`ENDPOINT_SILENCE_S`) has usually covered the speech.
         """
-        return last.samples >= min(samples, self._loudness.loud_until)
+        return covered >= min(samples, self._loudness.loud_until)
 
     def _speech_ended_after(self, covered: int) -> bool:
         """Speech came after the first ``covered`` samples, then quiet long enough to

@@ -408,9 +408,20 @@ class FlakyRecognizer:
         return "hello there"
 
 
-@pytest.fixture
-def flaky_server_url(asr_model_name: str) -> Iterator[str]:
-    with serving(FlakyRecognizer(), asr_model_name, decode_interval_s=60) as url:
+class FlakySecondPass(FlakyRecognizer):
+    """A two-pass recognizer whose first pass doubts everything and whose second pass fails
+    the first time: the failure comes from the decoder's second turn on the job."""
+
+    def first_pass(self, audio: np.ndarray) -> str | None:
+        return None
+
+    def second_pass(self, audio: np.ndarray) -> str:
+        return self.transcribe(audio)
+
+
+@pytest.fixture(params=[FlakyRecognizer, FlakySecondPass])
+def flaky_server_url(request: pytest.FixtureRequest, asr_model_name: str) -> Iterator[str]:
+    with serving(request.param(), asr_model_name, decode_interval_s=60) as url:
         yield url
 
 
