@@ -128,6 +128,12 @@ class TentativeAnswerUserAggregator(LLMUserAggregator):
         self._register_event_handler("on_false_end_merged")
         self.add_event_handler("on_user_turn_stop_timeout", self._warn_turn_fallback)
 
+    @property
+    def stop_strategies(self) -> list[BaseUserTurnStopStrategy]:
+        """The strategies that end this aggregator's user turns (as it was given them)."""
+        strategies = self._params.user_turn_strategies
+        return list(strategies.stop or []) if strategies else []
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, BotStartedSpeakingFrame):
             self._unheard_message = None  # the caller hears the answer: it stands

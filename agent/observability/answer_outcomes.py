@@ -1,5 +1,10 @@
-"""Counts what became of user turns per call: tentative answers
-(:mod:`agent.fastpath.tentative_answer`) and turns left to Pipecat's fallback.
+"""Counts what became of user turns per call: how the adaptive end of turn closed them,
+tentative answers (:mod:`agent.fastpath.tentative_answer`) and turns left to Pipecat's fallback.
+
+``voice_agent_turn_endings_total`` by ``ending`` is the bench's "how each turn ended" on live
+calls: a deployment whose turns mostly end on ``waited`` (the 1.3 s bound) has callers or a
+recognizer the models do not read well (a noisy line, a language, a voice), which no bench
+here measured.
 
 A turn that reaches Pipecat's ``user_turn_stop_timeout`` waited seconds for nothing: the
 end-of-turn strategy has a deadline of its own on every path, so it is counted as an error
@@ -17,6 +22,7 @@ from pipecat.pipeline.worker import PipelineWorker
 
 from agent.fastpath.tentative_answer import EagerOutcome, TentativeAnswerUserAggregator
 from agent.observability.metrics import AgentMetrics
+from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
 
 
 def count_turn_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None:
@@ -35,6 +41,13 @@ def count_turn_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None:
         @aggregator.event_handler("on_user_turn_stop_timeout")
         async def _fallback(_aggregator: object) -> None:
             metrics.count_error("turn_fallback", "turn")
+
+        for strategy in aggregator.stop_strategies:
+            if isinstance(strategy, AdaptiveUserTurnStopStrategy):
+
+                @strategy.event_handler("on_turn_ended")
+                async def _ended(_strategy: object, ending: str) -> None:
+                    metrics.turn_endings.labels(ending.replace(" ", "_")).inc()
 
 
 def _aggregators(worker: PipelineWorker) -> list[TentativeAnswerUserAggregator]:

@@ -43,6 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.calls import CallRegistry
+from agent.turns.adaptive_stop import TURN_ENDINGS
 from agent.turns.smart_turn_batcher import STATS as SMART_TURN_STATS
 from agent.turns.smart_turn_batcher import SmartTurnStats
 
@@ -112,6 +113,16 @@ class AgentMetrics:
             "their words went to the LLM with the words that followed, as one message.",
             registry=self.registry,
         )
+        self.turn_endings = Counter(
+            "voice_agent_turn_endings",
+            "User turns the adaptive end of turn closed, by what closed them: complete (the "
+            "short wait), finished (the text model's wait), waited (the upper bound), "
+            "no_words (every segment came back without words).",
+            ["ending"],
+            registry=self.registry,
+        )
+        for ending in TURN_ENDINGS:
+            self.turn_endings.labels(ending.replace(" ", "_"))
         for outcome in ("kept", "restarted", "withdrawn"):
             self.eager_answers.labels(outcome)
         # Children made up front: a stage shows in /metrics (count 0) before its first turn.

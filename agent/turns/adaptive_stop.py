@@ -173,6 +173,9 @@ moves it, fast enough to learn a line's noise from the second before the first w
 Ending = Literal["complete", "finished", "waited"]
 """How a turn ends (and the strategy logs it): the short wait, the text model's wait, the
 bound."""
+TURN_ENDINGS = ("complete", "finished", "waited", "no words")
+"""What ``on_turn_ended`` reports: an :data:`Ending`, or a turn whose segments held no words
+(ended at the bound)."""
 
 TEXT_CHECKS = ("asks", "unfinished")
 """What the words must say for a turn Smart Turn calls complete to end on the short wait: that
@@ -299,6 +302,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         if text_end_p < 0:
             raise ValueError(f"text_end_p ({text_end_p}) must not be negative")
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        # How each turn ended (one of TURN_ENDINGS), as the log says: what a deployment reads
+        # to see how often its callers wait for the bound.
+        self._register_event_handler("on_turn_ended")
         self._late_final_s = late_final_s
         self._text_check = text_check
         self._complete_wait_s = complete_wait_s
@@ -750,6 +756,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._segments_due = 0
         how = self._ending() if self._text else "no words"
         logger.debug(f"{self}: turn ends ({how})")
+        await self._call_event_handler("on_turn_ended", how)
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.text == self._text:
             # The answer under way is this turn's: finalize only, which releases it (as

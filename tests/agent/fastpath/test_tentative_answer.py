@@ -161,6 +161,10 @@ async def test_a_false_end_is_cancelled_unheard_and_both_parts_reach_the_llm_as_
 
             caller = await call(url, speak)
             merged = await metric(url, "voice_agent_false_ends_merged_total")
+            endings = [
+                await metric(url, f'voice_agent_turn_endings_total{{ending="{ending}"}}')
+                for ending in ("complete", "finished", "waited", "no_words")
+            ]
 
     first, *_, last = chat.requests
     assert len(chat.requests) == 2, [user_messages(r) for r in chat.requests]
@@ -172,6 +176,7 @@ async def test_a_false_end_is_cancelled_unheard_and_both_parts_reach_the_llm_as_
     assert roles(last) == ["user"]
     assert normalized(user_messages(last)[0]) == normalized(BOOKING.text)
     assert merged == 1
+    assert sum(endings) == 2  # the false end and the whole turn, each counted by how it ended
     assert quoted_in(redacted_log, "book a table", "two people") == []  # the merge is logged
 
 

@@ -30,7 +30,7 @@ from pipecat.utils.asyncio.task_manager import TaskManager
 from agent.config import TurnSettings
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns import adaptive_stop
-from agent.turns.adaptive_stop import AdaptiveUserTurnStopStrategy
+from agent.turns.adaptive_stop import TURN_ENDINGS, AdaptiveUserTurnStopStrategy
 from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 
 STOP_SECS = 0.2
@@ -612,3 +612,25 @@ async def test_a_question_after_a_finished_sentence_and_a_pause_ends_at_once(mak
     await turn.until_ended(MIDDLE_S + 0.3)
     assert turn.ended, "the turn never ended"
     assert turn.after_speech() < STOP_SECS + 0.1, "a pause after a finished sentence counted"
+
+
+async def test_each_turn_reports_how_it_ended(make: Any) -> None:
+    """What ``voice_agent_turn_endings_total`` counts: the short wait, the bound, no words."""
+    turn = await make()
+    endings: list[str] = []
+
+    @turn.strategy.event_handler("on_turn_ended")
+    async def _ended(_strategy: Any, ending: str) -> None:
+        endings.append(ending)
+
+    await turn.speak()
+    await turn.pause("What time is it?")
+    await turn.until_ended(WAIT_S)
+    await turn.speak()
+    await turn.pause("I would like to book a table.")
+    await turn.until_ended(WAIT_S + 0.5)
+    await turn.speak()
+    await turn.pause("")
+    await turn.until_ended(WAIT_S + 0.5)
+    assert endings == ["complete", "waited", "no words"]
+    assert set(endings) <= set(TURN_ENDINGS)
