@@ -47,7 +47,7 @@ def count_turn_outcomes(worker: PipelineWorker, metrics: AgentMetrics) -> None:
 
                 @strategy.event_handler("on_turn_ended")
                 async def _ended(_strategy: object, ending: str) -> None:
-                    metrics.turn_endings.labels(ending.replace(" ", "_")).inc()
+                    metrics.count_turn_ending(ending)
 
 
 def _aggregators(worker: PipelineWorker) -> list[TentativeAnswerUserAggregator]:

@@ -122,7 +122,7 @@ class AgentMetrics:
             registry=self.registry,
         )
         for ending in TURN_ENDINGS:
-            self.turn_endings.labels(ending.replace(" ", "_"))
+            self.turn_endings.labels(_ending_label(ending))
         for outcome in ("kept", "restarted", "withdrawn"):
             self.eager_answers.labels(outcome)
         # Children made up front: a stage shows in /metrics (count 0) before its first turn.
@@ -147,6 +147,11 @@ class AgentMetrics:
         else:
             self._turns_complete.inc()
             self.turn_seconds.observe(seconds)
+
+    def count_turn_ending(self, ending: str) -> None:
+        """Count one turn the adaptive end of turn closed (``ending``: one of
+        :data:`~agent.turns.adaptive_stop.TURN_ENDINGS`)."""
+        self.turn_endings.labels(_ending_label(ending)).inc()
 
     def count_error(self, kind: str, category: str = "unknown") -> None:
         self.errors.labels(kind, category).inc()
@@ -195,3 +200,8 @@ class SmartTurnCollector(Collector):
             "Smart Turn verdicts computed by the process's shared model, all calls together.",
             value=self._stats.inferences,
         )
+
+
+def _ending_label(ending: str) -> str:
+    """A turn ending as a Prometheus label value ("no words" → "no_words")."""
+    return ending.replace(" ", "_")
