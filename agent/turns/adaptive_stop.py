@@ -80,12 +80,13 @@ recognizer is slow. Every path has a deadline of its own, so no turn is left to 
 
 The waits are measured on the clock and, when the caller's audio reaches this strategy (with
 Smart Turn on, :class:`~agent.turns.caller_audio.CallerAudioFeed` hands it over at the input
-transport), also in that audio, where quiet means quiet for this line: below a quarter of the
-caller's speech level and clearly above nothing but the line's own noise floor, so a steady
-hiss does not hold the turn open. On a busy server that reads audio late, a timer alone could
-fire while the words that break the quiet are still queued, and a short word the VAD let pass
-(it needs ``vad_start_secs`` of speech to report any) starts the quiet again. Either can hold
-a turn at most :data:`MAX_AUDIO_LAG_S` past its deadline.
+transport), also in that audio (:mod:`agent.turns.line_quiet`), where quiet means quiet for
+this line: below a quarter of the caller's speech level and clearly above nothing but the
+line's own noise floor, so a steady hiss does not hold the turn open. On a busy server that
+reads audio late, a timer alone could fire while the words that break the quiet are still
+queued, and a short word the VAD let pass (it needs ``vad_start_secs`` of speech to report any)
+starts the quiet again. Either can hold a turn at most :data:`MAX_AUDIO_LAG_S` past its
+deadline.
 
 Smart Turn gets the caller's audio at the pipeline's rate (a phone call's 8 kHz is resampled
 to the model's 16 kHz). It is asked only at a pause where its verdict may decide something:
@@ -105,7 +106,6 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-import numpy as np
 from loguru import logger
 from pipecat.audio.turn.base_turn_analyzer import BaseTurnAnalyzer, EndOfTurnState
 from pipecat.frames.frames import (
@@ -129,6 +129,7 @@ from agent.turns.completeness import (
     last_sentence,
     words,
 )
+from agent.turns.line_quiet import LineQuiet
 from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
 
 LATE_FINAL_S = 2.5
@@ -152,23 +153,6 @@ with tens of milliseconds of quiet (by WebRTC, a 0.15 s and a 0.12 s VAD wait se
 question to the middle wait: ``bench/results/turn_taking_multilingual.md``, "A shorter VAD
 wait"). With a shorter VAD wait, the STT commits sooner and Smart Turn is asked once this much
 of the caller's audio after the end of speech has come."""
-
-SOUND_RATIO = 0.25
-"""A frame at least this loud, relative to the caller's speech so far (-12 dB), is not quiet.
-Silero reports speech only after 100-200 ms of it (``vad_start_secs``, ``barge_in_secs``), so
-one short word between two pauses ("apples... bread... milk") can pass unreported, and the two
-pauses would count as one long quiet."""
-
-FLOOR_MARGIN = 2.0
-"""A frame must be this many times the line's noise floor (+6 dB) to break the quiet: on a
-line with background noise at 10 dB below the speech, every frame of noise would otherwise
-count as sound (``SOUND_RATIO`` is -12 dB) and every unfinished turn would wait
-:data:`MAX_AUDIO_LAG_S` more."""
-
-FLOOR_TIME_S = 1.0
-"""How fast the noise floor follows the line's level between words (the time constant of its
-average over the frames the VAD calls quiet): slow enough that a short word in a pause barely
-moves it, fast enough to learn a line's noise from the second before the first word."""
 
 Ending = Literal["complete", "finished", "waited"]
 """How a turn ends (and the strategy logs it): the short wait, the text model's wait, the
@@ -334,15 +318,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._words_at: float | None = None  # wall clock: when words last came
         self._speaking = False
         self._speech_ended_at: float | None = None  # wall clock, as VAD frames stamp it
-        self._quiet_heard_s: float | None = None  # quiet audio seen since then (audio fed)
-        self._speech_rms = 0.0  # the caller's level while the VAD hears speech
-        self._floor_rms: float | None = None  # the line's level while the VAD hears none
+        self._quiet = LineQuiet()  # the quiet since then, in the caller's audio (if it flows)
         # VAD segments whose transcript is due, and those given up on whose transcript may
         # still come. Kept across turns: the STT answers every segment, in order.
         self._segments_due = 0
         self._segments_given_up = 0
-        self._audio_flows = False  # caller audio reaches us (Smart Turn on: CallerAudioFeed)
-        self._frame_s = 0.0  # how much audio the caller's frames carry (a phone call's: 60 ms)
         self._segments_heard = 0  # VAD starts so far: a verdict is for the latest one only
         self._verdict: EndOfTurnState | None = None
         self._verdict_due = False  # Smart Turn is judging the latest pause
@@ -387,7 +367,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
         self._final = False
-        self._words_at = self._speech_ended_at = self._quiet_heard_s = None
+        self._words_at = self._speech_ended_at = None
+        self._quiet.stop_counting()
         self._verdict, self._verdict_due = None, False
         self._p_end, self._p_due = None, False
         self._turns_ended += 1
@@ -401,13 +382,11 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def process_frame(self, frame: Frame) -> ProcessFrameResult:
         await super().process_frame(frame)
         if isinstance(frame, InputAudioRawFrame):
-            self._audio_flows = True
-            self._frame_s = _seconds(frame)
+            self._quiet.hear(frame, self._speaking)
             if self._analyzer is not None:
                 self._analyzer.append_audio(frame.audio, self._speaking)
-            self._measure(frame)
             if self._quiet_before_verdict_s is not None:
-                self._quiet_before_verdict_s -= self._frame_s
+                self._quiet_before_verdict_s -= self._quiet.frame_s
                 if self._quiet_before_verdict_s <= 0:
                     self._quiet_before_verdict_s = None
                     await self._ask_analyzer()
@@ -420,7 +399,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._segments_heard += 1
             self._segments_due += 1
             self._interim = ""  # a new segment: its words are not known yet
-            self._speech_ended_at = self._quiet_heard_s = None
+            self._speech_ended_at = None
+            self._quiet.stop_counting()
             self._verdict, self._verdict_due = None, False
             self._quiet_before_verdict_s = None
             self._prime_text_model()
@@ -428,7 +408,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         elif isinstance(frame, VADUserStoppedSpeakingFrame):
             self._speaking = False
             self._speech_ended_at = frame.timestamp - frame.stop_secs
-            self._quiet_heard_s = frame.stop_secs if self._audio_flows else None
+            self._quiet.count_from_stop(frame.stop_secs)
             if self._verdict_would_decide():
                 await self._ask_analyzer_after_quiet(frame.stop_secs)
             self._schedule()
@@ -452,33 +432,6 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._segment_words.append(frame.text)
                 self._schedule()
         return ProcessFrameResult.CONTINUE
-
-    def _measure(self, frame: InputAudioRawFrame) -> None:
-        """Learn the caller's speech level and the line's noise floor; count quiet audio after
-        the VAD stop (a sound starts the count again). ``self._frame_s`` is this frame's length."""
-        pcm = np.frombuffer(frame.audio, dtype=np.int16)
-        if pcm.size == 0:
-            return
-        rms = float(np.sqrt(np.mean(pcm.astype(np.float32) ** 2)))
-        seconds = self._frame_s
-        if self._speaking:
-            self._speech_rms = rms if self._speech_rms == 0 else 0.9 * self._speech_rms + 0.1 * rms
-            return
-        if self._floor_rms is None:
-            # Before the first word the line carries only its noise; after it, a loud frame
-            # may be a word the VAD did not report, so the floor climbs from silence.
-            self._floor_rms = rms if self._speech_rms == 0 else 0.0
-        else:
-            self._floor_rms += min(1.0, seconds / FLOOR_TIME_S) * (rms - self._floor_rms)
-        if self._quiet_heard_s is not None:
-            if self._speech_rms > 0 and rms >= self._sound_level():
-                self._quiet_heard_s = 0.0
-            else:
-                self._quiet_heard_s += seconds
-
-    def _sound_level(self) -> float:
-        """How loud a frame between words must be to count as sound, not quiet."""
-        return max(SOUND_RATIO * self._speech_rms, FLOOR_MARGIN * (self._floor_rms or 0.0))
 
     def _verdict_would_decide(self) -> bool:
         """Whether Smart Turn's verdict on this pause may change when the turn ends: when the
@@ -525,7 +478,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         """Ask Smart Turn now if it has heard :data:`SMART_TURN_QUIET_S` after the words
         (``heard_s`` so far), else once the caller's audio brings the rest; the turn waits for
         the verdict meanwhile. Without the caller's audio, now."""
-        if not self._audio_flows or heard_s >= SMART_TURN_QUIET_S:
+        if not self._quiet.flows or heard_s >= SMART_TURN_QUIET_S:
             await self._ask_analyzer()
             return
         self._verdict_due = True
@@ -799,14 +752,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         spoken into the frame that brings it (a phone call's audio comes 60 ms at a time, and
         waiting for that frame ended turns up to 60 ms past their deadline).
         """
-        if self._quiet_heard_s is None or self._speech_ended_at is None:
+        if self._speech_ended_at is None:
             return 0.0
-        missing = (at - self._speech_ended_at) - self._quiet_heard_s
-        if missing <= self._frame_s + 0.005 or time.time() >= at + MAX_AUDIO_LAG_S:
+        missing = self._quiet.missing_s(at - self._speech_ended_at)
+        if missing <= 0 or time.time() >= at + MAX_AUDIO_LAG_S:
             return 0.0
         return min(0.02, missing)
-
-
-def _seconds(frame: InputAudioRawFrame) -> float:
-    """How long ``frame``'s audio lasts (PCM16)."""
-    return len(frame.audio) / 2 / max(frame.num_channels, 1) / frame.sample_rate
