@@ -20,8 +20,11 @@ words can say are trusted:
     ("Stop.", "Cancel it.", "Yes.", "Nein."), not a greeting ("Hello there.": people go on);
   - in English, where the recognizer may drop the question mark, the word order of a question
     ("is the store open today.", "where are you from.": an auxiliary first, or a wh-word then
-    an auxiliary) or a request ("turn on the lights in the kitchen": please or an imperative
-    first), after any filler ("ok", "um").
+    an auxiliary), after any filler ("ok", "um");
+  - a request of three words or more, by its form (:mod:`agent.turns.request_forms`): please or
+    an imperative first in English ("turn on the lights in the kitchen"), a word of politeness
+    anywhere in seven languages, the imperative's forms in German, Dutch, French, Portuguese
+    and Spanish ("Rufen Sie mich morgen zurück", "Rappelez moi demain matin", "Llámame").
 
 A statement asks for nothing: no rule on the words tells "I would like to book a table." from
 a clause that goes on, so with ``text_check="asks"`` (the default) it waits for the upper
@@ -33,6 +36,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
+from agent.turns.request_forms import is_request
 
 AUXILIARIES = frozenset(
     "is are was were am do does did can could will would shall should may might must "
@@ -82,15 +87,9 @@ TRAILING_WORDS = (
 question mark overrides them. A preposition alone is another matter: Spanish "Para." is
 "Stop.", German "Zu!" is "Shut!" (:func:`_trails`)."""
 
-IMPERATIVES = frozenset(
-    "please turn switch call book cancel tell give show send check find play stop start open "
-    "close set remind read help put repeat transfer connect text email order change schedule "
-    "add remove".split()
-)
-"""Words that open an English request when they come first."""
-
-FILLERS = frozenset("ok okay um uh er so hey hi hello well oh".split())
-"""Words skipped before judging how an English sentence opens."""
+FILLERS = frozenset("ok okay um uh er so hey hi hello well oh äh ähm euh eh ehm".split())
+"""Words skipped before judging how a sentence opens (English, German, French, Spanish,
+Italian)."""
 
 OPENERS = FILLERS | frozenset(
     "hallo servus bonjour salut allô hola oye bueno "
@@ -192,4 +191,4 @@ def asks_for_answer(text: str) -> bool:
     last = found[-1]
     if last in TRAILING_WORDS and not (question and last in PREPOSITIONS):
         return False
-    return len(found) >= 3 and (question or found[0] in IMPERATIVES)
+    return len(found) >= 3 and (question or is_request(found, sentence))

@@ -1,6 +1,6 @@
 """Complete turns that are not English questions end on the short wait, on a real phone call:
-a German question, a question on a noisy line, a two-word command and a French "Oui." shorter
-than Pipecat's VAD start.
+a German question and request, a question on a noisy line, a two-word command and a French
+"Oui." shorter than Pipecat's VAD start.
 
 Each goes through a real Twilio call to the real server with its defaults (the adaptive end of
 turn with Smart Turn v3 on the call's audio); the strategy says in the log which wait ended
@@ -48,6 +48,19 @@ async def test_a_german_question_is_answered_on_the_short_wait(redacted_log: lis
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
             caller, ended = await call(url, app, "CADEQUESTION", speech)
+    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+
+
+async def test_a_german_request_is_answered_on_the_short_wait(redacted_log: list[str]) -> None:
+    """A request by its form ("Rufen Sie...": the verb first, then the polite "you"), with no
+    English word in it: before the words knew requests in other languages
+    (:mod:`agent.turns.request_forms`), it asked for nothing to them and waited for the bound
+    (for the text model's middle wait in the default profile)."""
+    voxtral = RealtimePeer(model="voxtral-test", transcript="Rufen Sie mich morgen zurück.")
+    speech = phrase_audio("rufen sie mich morgen zurück", 8000, "espeak:de").tobytes()
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
+            caller, ended = await call(url, app, "CADEREQUEST", speech)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
 
 

@@ -434,9 +434,15 @@ MODELS_WAIT_S = 0.5
         ),
         pytest.param(
             EndOfTurnState.COMPLETE,
-            "Rufen Sie mich morgen zurück.",
+            "Mi richiami domani mattina.",
             "finished",
             id="a request the words rule does not know: the model's wait",
+        ),
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "Rufen Sie mich morgen zurück.",
+            "complete",
+            id="a request by its form, in German: at once",
         ),
         pytest.param(
             EndOfTurnState.COMPLETE,
@@ -510,7 +516,13 @@ MODEL_OVER_AUDIO = {"model_over_audio": True}
             id="a statement the model reads finished",
         ),
         pytest.param(
-            "Rappelez moi demain matin.", MODEL_OVER_AUDIO, "finished", id="a request in French"
+            "Mi richiami domani mattina.",
+            MODEL_OVER_AUDIO,
+            "finished",
+            id="a request the words rule does not know",
+        ),
+        pytest.param(
+            "Rappelez moi demain matin.", WORDS_OVER_AUDIO, "finished", id="a request in French"
         ),
         pytest.param(
             "I would like to book a table for.",
