@@ -74,11 +74,12 @@ AFTER_FRENCH_IMPERATIVE = frozenset(
 "annulez ma réservation"); after a surname in ``-ez`` comes a verb ("Martinez called")."""
 
 HYPHENED_PRONOUNS = frozenset(
-    "moi toi nous vous le la les lui leur en y il elle on ils elles "  # French
+    "moi toi nous vous le la les lui leur en y il elle ils elles "  # French
     "me te nos lhe lhes o a os as se".split()  # Portuguese
 )
 """Pronouns hyphenated after a verb: an imperative ("Rappelle-moi", "Ligue-me") or an
-inverted question ("Pouvez-vous", "Peut-il")."""
+inverted question ("Pouvez-vous", "Peut-il"). Not French "on", which English hyphenates too
+("Hands-on training is...")."""
 
 SPANISH_JOINED_PRONOUNS = ("nos", "los", "las", "les", "me", "te", "se", "lo", "la", "le")
 """Pronouns joined to the end of a Spanish imperative ("llámame", "dígalo")."""

@@ -64,6 +64,7 @@ def test_requests_by_their_form(sentence: str) -> None:
         "Sólo quiero un café.",
         "Até amanhã.",
         "Peut-être demain.",  # hyphenated, but to no pronoun
+        "Hands-on training is what I need.",  # French "on", but English hyphenates it too
         "Mi richiami domani mattina.",  # requests only a word list would tell: not here
         "Bel me morgenochtend terug.",
         "",
