@@ -3,7 +3,7 @@ make a sentence a request whatever its vocabulary, so that a request in German, 
 Spanish ends on the short wait as an English one does (with Smart Turn's agreement: these are
 the tie-breaker of :mod:`agent.turns.completeness`, never the decision).
 
-Only forms that are requests (or questions) by their grammar, not by their vocabulary:
+Only forms that make a request (or a question) whatever the verb:
 
 - a word of politeness anywhere in the sentence: "please", "bitte", "s'il vous plaît", "por
   favor", "per favore", "alstublieft" ("Einen Kaffee bitte.", "Un café por favor.");
@@ -88,6 +88,10 @@ NOT_SPANISH_IMPERATIVES = ("mente", "ula", "ulo", "ulas", "ulos")
 """Accented Spanish words with such an ending that are no verb: adverbs ("rápidamente"),
 nouns ("película", "artículo")."""
 
+NOT_SPANISH_IMPERATIVE_WORDS = frozenset({"sólo", "éste", "ése", "até"})
+"""Accented words with such an ending that are no verb either ("Sólo quiero...", Portuguese
+"Até amanhã")."""
+
 _ACUTE = re.compile(r"[áéíóú]")
 _HYPHENED = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)+")
 
@@ -141,8 +145,7 @@ def _spanish_imperative(first: str) -> bool:
         bool(_ACUTE.search(first))
         and first.endswith(SPANISH_JOINED_PRONOUNS)
         and not first.endswith(NOT_SPANISH_IMPERATIVES)
-        and len(first) > 4
-        and first not in ("sólo", "éste", "até")
+        and first not in NOT_SPANISH_IMPERATIVE_WORDS
     )
 
 
