@@ -42,25 +42,33 @@ ANSWER_WITHIN_S = 8
 the turn is read from the strategy, not from the clock."""
 
 
-async def test_a_german_question_is_answered_on_the_short_wait(redacted_log: list[str]) -> None:
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Wann fängt der Film an?")
-    speech = phrase_audio("wann fängt der film an", 8000, "espeak:de").tobytes()
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CADEQUESTION", speech)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
-
-
-async def test_a_german_request_is_answered_on_the_short_wait(redacted_log: list[str]) -> None:
-    """A request by its form ("Rufen Sie...": the verb first, then the polite "you"), with no
+@pytest.mark.parametrize(
+    ("words", "spoken", "call_sid"),
+    [
+        pytest.param(
+            "Wann fängt der Film an?", "wann fängt der film an", "CADEQUESTION", id="a question"
+        ),
+        pytest.param(
+            "Rufen Sie mich morgen zurück.",
+            "rufen sie mich morgen zurück",
+            "CADEREQUEST",
+            id="a request by its form",
+        ),
+    ],
+)
+async def test_a_german_complete_turn_is_answered_on_the_short_wait(
+    redacted_log: list[str], words: str, spoken: str, call_sid: str
+) -> None:
+    """The question ends on "an", an English article, which vetoed it before its question mark
+    was read. The request ("Rufen Sie...": the verb first, then the polite "you") has no
     English word in it: before the words knew requests in other languages
     (:mod:`agent.turns.request_forms`), it asked for nothing to them and waited for the bound
     (for the text model's middle wait in the default profile)."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Rufen Sie mich morgen zurück.")
-    speech = phrase_audio("rufen sie mich morgen zurück", 8000, "espeak:de").tobytes()
+    voxtral = RealtimePeer(model="voxtral-test", transcript=words)
+    speech = phrase_audio(spoken, 8000, "espeak:de").tobytes()
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CADEREQUEST", speech)
+            caller, ended = await call(url, app, call_sid, speech)
     assert_answered_on_the_short_wait(caller, ended, redacted_log)
 
 
