@@ -5,8 +5,10 @@ only a word list could tell stays a statement."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent.turns.completeness import words
+from agent.turns.completeness import asks_for_answer, words
 from agent.turns.request_forms import is_request
 
 
@@ -72,3 +74,39 @@ def test_requests_by_their_form(sentence: str) -> None:
 )
 def test_statements_and_what_needs_a_word_list_are_not(sentence: str) -> None:
     assert not request(sentence)
+
+
+LETTERS_AND_MARKS = "abcdefghijklmnopqrstuvwxyzáéíóúüçœßÄ今?.,;!-' \t…¿¡«»\uff1f\u2019\u037e"
+"""What a recognizer may write: letters with and without accents, hyphens, apostrophes, any
+script's marks (full-width and Greek question marks among them)."""
+
+FORM_WORDS = (
+    "please bitte por favor s'il vous plaît rufen Sie belt u rappelez moi rappelle-moi "
+    "llámame can you the and I need apples um"
+).split()
+"""Words the forms and the rest of the rule read, so that generated text holds requests."""
+
+RECOGNIZER_TEXT = st.one_of(
+    st.text(alphabet=st.sampled_from(LETTERS_AND_MARKS), max_size=60),
+    st.lists(
+        st.one_of(st.sampled_from(FORM_WORDS), st.sampled_from(list(".,?!-… "))), max_size=12
+    ).map(" ".join),
+)
+"""A transcript: any letters and marks, or words the rule reads among marks."""
+
+WORD = st.one_of(
+    st.sampled_from(FORM_WORDS),
+    st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyzáéíóúüçœßÄ"), min_size=1),
+)
+LAST_SENTENCE = st.lists(WORD, min_size=3, max_size=8).map(" ".join)
+"""A sentence of three words or more: the ones no short-command rule reads."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(RECOGNIZER_TEXT, LAST_SENTENCE)
+def test_any_text_is_read_and_the_last_sentence_decides(earlier: str, last: str) -> None:
+    """No text makes the words rule fail (it runs on every transcript of every call), and what
+    was said before a full stop does not make a sentence of three words or more ask, or keep
+    it from asking."""
+    sentence = last + "."
+    assert asks_for_answer(f"{earlier}. {sentence}") == asks_for_answer(sentence)
