@@ -119,11 +119,15 @@ _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 _CLOSING = " \t\"'’”»)]}…"
 
 
+def normalized(text: str) -> str:
+    """``text`` as the rules read it: composed accents (NFC), lower case, one apostrophe."""
+    return unicodedata.normalize("NFC", text).lower().replace("’", "'")
+
+
 def words(text: str) -> list[str]:
     """The words of ``text``, lower-cased; each Chinese or Japanese character is a word."""
-    lowered = unicodedata.normalize("NFC", text).lower().replace("’", "'")
     found: list[str] = []
-    for word in _WORD.findall(lowered):
+    for word in _WORD.findall(normalized(text)):
         if _CJK.search(word):
             found.extend(ch for ch in word)
         else:
@@ -191,4 +195,4 @@ def asks_for_answer(text: str) -> bool:
     last = found[-1]
     if last in TRAILING_WORDS and not (question and last in PREPOSITIONS):
         return False
-    return len(found) >= 3 and (question or is_request(found, sentence))
+    return len(found) >= 3 and (question or is_request(found, normalized(sentence)))

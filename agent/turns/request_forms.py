@@ -98,7 +98,8 @@ _HYPHENED = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)+")
 
 def is_request(found: list[str], sentence: str) -> bool:
     """Whether the sentence, ``found`` its lower-cased words after any filler, is a request (or
-    a verb-first question) by its form; ``sentence`` as written, for its hyphens."""
+    a verb-first question) by its form; ``sentence`` normalized as its words are
+    (:func:`agent.turns.completeness.normalized`), for its hyphens."""
     if not found:
         return False
     first = found[0]
@@ -152,7 +153,7 @@ def _spanish_imperative(first: str) -> bool:
 def _hyphened_to_a_pronoun(sentence: str, first: str) -> bool:
     """Whether the sentence's first word (``first``, after any filler) is a verb hyphenated to
     a pronoun, as written ("Rappelle-moi", "Pouvez-vous", "Est-ce que")."""
-    for token in _HYPHENED.findall(sentence.lower()):
+    for token in _HYPHENED.findall(sentence):
         parts = token.split("-")
         if parts[0] == first:
             return parts[-1] in HYPHENED_PRONOUNS or token == "est-ce"

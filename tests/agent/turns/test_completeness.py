@@ -5,6 +5,8 @@ they stop on a word no sentence ends on."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from agent.turns.completeness import asks_for_answer, ends_unfinished, last_sentence, words
@@ -139,6 +141,13 @@ def test_a_filler_alone_in_more_languages_is_no_short_command(filler: str) -> No
     turn at the pause in 10 of 15 calls before these languages' fillers were known
     (``bench/results/turn_taking_more_languages.md``, "Hesitations")."""
     assert not asks_for_answer(filler)
+
+
+def test_a_request_is_read_from_its_form_however_the_recognizer_encodes_it() -> None:
+    """Capitals, and accents decomposed (NFD) as some pipelines pass text on: the hyphens are
+    read from the same normalized text as the words."""
+    assert asks_for_answer("POUVEZ-VOUS M'AIDER.")
+    assert asks_for_answer(unicodedata.normalize("NFD", "Élève-moi la voix."))
 
 
 def test_the_last_sentence_is_judged() -> None:

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.turns.completeness import asks_for_answer, words
+from agent.turns.completeness import asks_for_answer, normalized, words
 from agent.turns.request_forms import is_request
 
 
 def request(sentence: str) -> bool:
-    return is_request(words(sentence), sentence)
+    return is_request(words(sentence), normalized(sentence))
 
 
 @pytest.mark.parametrize(
