@@ -39,10 +39,14 @@ turn decision with the words a multilingual recognizer gives it, and counts the 
 wrote: a tail the VAD never heard as speech, which no false end shows. ``--set languages``
 plays the same kinds of turn in three more of Voxtral's languages, Italian, Portuguese and
 Dutch (``tests.fakes.paused_speech.other_languages``), the same way; with the stand-in, it asks
-whether the decision holds in languages no rule or threshold here was tuned on.
+whether the decision holds in languages no rule or threshold here was tuned on. ``--set
+attention`` plays a call for attention, a pause and a question in those seven languages
+(``tests.fakes.paused_speech.calls_for_attention``: "Excuse me... where is the nearest
+pharmacy", "Entschuldigung... wo ist die nächste Apotheke"), which must not be answered at the
+pause.
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended|languages] [--noise clean,white:20,babble:10@2]
+        [--runs N] [--set paused|extended|languages|attention] [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
 
@@ -65,7 +69,13 @@ import websockets
 from bench import machine, peers
 from bench.report import publish
 from tests.fakes.line_noise import NOISES, Noise, line
-from tests.fakes.paused_speech import Utterance, extended, other_languages, utterances
+from tests.fakes.paused_speech import (
+    Utterance,
+    calls_for_attention,
+    extended,
+    other_languages,
+    utterances,
+)
 from tests.fakes.realtime_peer import RealtimePeer
 from tests.fakes.reference_words import ReferenceWords
 from tests.fakes.serving import background, free_port
@@ -97,6 +107,11 @@ SETS = {
         other_languages,
         ROOT / "bench" / "results" / "turn_taking_more_languages.md",
         "Turn-taking in Italian, Portuguese and Dutch (phone calls)",
+    ),
+    "attention": PlayedSet(
+        calls_for_attention,
+        ROOT / "bench" / "results" / "turn_taking_attention.md",
+        "Turn-taking after a call for attention, in seven languages (phone calls)",
     ),
 }
 ANSWER_WINDOW_S = 2.0
@@ -759,7 +774,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--noise",
         default="clean,white:20,white:10,babble:20,babble:10",
-        help="the lines for --set extended|languages: clean or white|babble:SNR_DB[@DRAW]",
+        help="the lines of a --set but paused: clean or white|babble:SNR_DB[@DRAW]",
     )
     parser.add_argument(
         "--recognizer",
@@ -785,7 +800,7 @@ def main(argv: list[str]) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if args.recognizer == "reference" and args.set not in SETS:
-        parser.error("--recognizer reference plays --set extended or languages (phone calls)")
+        parser.error("--recognizer reference plays --set extended, languages or attention")
     for utterance in SETS[args.set].played() if args.set in SETS else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
         if "webrtc" in args.transports:

@@ -17,10 +17,11 @@ words can say are trusted:
     ``؟``, Greek ``;``, Armenian ``՞``, Ethiopic ``፧``), which wins over the last word
     ("Where are you from?", "Wann fängt der Film an?");
   - a short command or answer: the whole turn is one or two words, closed by the recognizer
-    ("Stop.", "Cancel it.", "Yes.", "Nein."), not a greeting ("Hello there.": people go on);
+    ("Stop.", "Cancel it.", "Yes.", "Nein."), not a greeting ("Hello there.": people go on)
+    nor a call for attention ("Excuse me.", "Entschuldigung.": :data:`CALLS_FOR_ATTENTION`);
   - in English, where the recognizer may drop the question mark, the word order of a question
     ("is the store open today.", "where are you from.": an auxiliary first, or a wh-word then
-    an auxiliary), after any filler ("ok", "um");
+    an auxiliary), after any filler ("ok", "um") or call for attention ("sorry, can you...");
   - a request of three words or more, by its form (:mod:`agent.turns.request_forms`): please or
     an imperative first in English ("turn on the lights in the kitchen"), a word of politeness
     anywhere in seven languages, the imperative's forms in German, Dutch, French, Portuguese
@@ -101,6 +102,37 @@ OPENERS = FILLERS | frozenset(
 "Buongiorno.", "Bom dia.") is how people start, often before a pause and the question; it is
 no command. It only ever keeps a turn from the short wait."""
 
+CALLS_FOR_ATTENTION = (
+    ("excuse", "me"),
+    ("pardon", "me"),
+    ("sorry",),  # English, Dutch
+    ("pardon",),  # French, German, Dutch
+    ("entschuldigung",),
+    ("entschuldigen", "sie"),
+    ("verzeihung",),
+    ("excusez", "moi"),
+    ("excuse", "moi"),
+    ("perdón",),
+    ("perdone",),
+    ("perdona",),
+    ("disculpe",),
+    ("disculpa",),
+    ("oiga",),
+    ("mi", "scusi"),
+    ("scusi",),
+    ("scusa",),
+    ("com", "licença"),
+    ("desculpe",),
+    ("desculpa",),
+    ("excuseer", "me"),
+)
+"""How people ask for attention before they say what they want ("Excuse me... where is the
+station?", "Entschuldigung, wo ist..."), in the languages the benches speak. A turn that is
+only that is no command ("Excuse me." is not "Stop."), and a sentence is read after it, as
+after a filler ("Sorry, can you say that again." asks). With a question mark ("Sorry?",
+"Pardon?") it asks, as any question does. It only ever keeps a turn from the short wait or
+lets the words after it speak."""
+
 QUESTION_MARKS = frozenset("?\uff1f\u061f\u037e\u055e\u1367\u2e2e")
 """``?``, full-width ``？``, Arabic ``؟``, Greek ``;`` (U+037E), Armenian ``՞``, Ethiopic ``፧``,
 reversed ``⸮``. A plain ``;`` counts in Greek text only (NFC turns U+037E into it)."""
@@ -163,6 +195,20 @@ def _trails(found: list[str], sentence: str) -> bool:
     return found[-1] in TRAILING_WORDS
 
 
+def after_openers(found: list[str]) -> list[str]:
+    """The words of a sentence after the fillers and calls for attention it opens with ("um,
+    excuse me, where is..." → "where is..."); empty when it is nothing else."""
+    while found:
+        if found[0] in FILLERS:
+            found = found[1:]
+            continue
+        call = next((c for c in CALLS_FOR_ATTENTION if tuple(found[: len(c)]) == c), None)
+        if call is None:
+            break
+        found = found[len(call) :]
+    return found
+
+
 def ends_unfinished(text: str) -> bool:
     """Whether the words so far stop on a word a sentence does not end on ("I would like to",
     "book a table for"), with no question mark to say otherwise."""
@@ -182,11 +228,13 @@ def asks_for_answer(text: str) -> bool:
         return False
     if ends_with_question_mark(sentence):
         return True
+    said = after_openers(found)
     if len(words(text)) <= SHORT_TURN_WORDS and _closed(sentence):
-        # "Stop.", "Cancel it.", "Para.", but not "Um." nor "Hello there."
-        return not _trails(found, sentence) and found[0] not in OPENERS
-    while len(found) > 1 and found[0] in FILLERS:
-        found = found[1:]
+        # "Stop.", "Cancel it.", "Para.", but not "Um.", "Hello there." nor "Excuse me."
+        return not _trails(found, sentence) and found[0] not in OPENERS and bool(said)
+    if not said:
+        return False
+    found = said
     question = (
         found[0] in AUXILIARIES
         or found[0] in WH_CONTRACTIONS

@@ -246,6 +246,43 @@ people greet and go on, so the greeting alone must not end the turn. After
 
 OTHER_LANGUAGES = tuple(_OTHER_LANGUAGES)
 
+_CALLS_FOR_ATTENTION: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "en": (
+        ("attention", ("excuse me", "where is the nearest pharmacy"), False),
+        ("attention", ("sorry", "can you say that again"), False),
+    ),
+    "de": (
+        ("attention", ("entschuldigung", "wo ist die nächste apotheke"), False),
+        ("attention", ("entschuldigen sie", "können sie das wiederholen"), False),
+    ),
+    "fr": (
+        ("attention", ("excusez moi", "où est la pharmacie la plus proche"), False),
+        ("attention", ("pardon", "pouvez vous répéter"), False),
+    ),
+    "es": (
+        ("attention", ("perdone", "dónde está la farmacia más cercana"), False),
+        ("attention", ("disculpe", "puede repetirlo"), False),
+    ),
+    "it": (
+        ("attention", ("mi scusi", "dov'è la farmacia più vicina"), False),
+        ("attention", ("scusa", "puoi ripetere"), False),
+    ),
+    "pt": (
+        ("attention", ("com licença", "onde fica a farmácia mais próxima"), False),
+        ("attention", ("desculpe", "pode repetir"), False),
+    ),
+    "nl": (
+        ("attention", ("pardon", "waar is de dichtstbijzijnde apotheek"), False),
+        ("attention", ("sorry", "kunt u dat herhalen"), False),
+    ),
+}
+"""Per language of :data:`LANGUAGES` and :data:`OTHER_LANGUAGES`: a call for attention, a
+pause, then what the caller wants ("Excuse me... where is the nearest pharmacy"): people say
+it and go on, so it alone must not end the turn. A set of its own (:func:`calls_for_attention`),
+so the other sets and every figure published on them stay as they are."""
+
+ATTENTION_LANGUAGES = tuple(_CALLS_FOR_ATTENTION)
+
 
 def _spoken(
     scripts: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]], rng: random.Random
@@ -290,3 +327,10 @@ def other_languages(seed: int = 22) -> tuple[Utterance, ...]:
         for scripts in (_OTHER_LANGUAGES, _OTHER_HESITATIONS, _OTHER_GREETINGS)
         for utterance in _spoken(scripts, rng)
     )
+
+
+@cache
+def calls_for_attention(seed: int = 23) -> tuple[Utterance, ...]:
+    """:data:`_CALLS_FOR_ATTENTION` in seven languages, pauses drawn from 300-900 ms with a
+    fixed seed."""
+    return _spoken(_CALLS_FOR_ATTENTION, random.Random(seed))

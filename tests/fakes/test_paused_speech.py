@@ -8,8 +8,10 @@ import pytest
 
 from tests.conftest import requires_modules
 from tests.fakes.paused_speech import (
+    ATTENTION_LANGUAGES,
     LANGUAGES,
     OTHER_LANGUAGES,
+    calls_for_attention,
     extended,
     other_languages,
     utterances,
@@ -87,3 +89,13 @@ def test_other_languages_are_spoken_by_espeak_with_their_pauses(language: str) -
         pcm, _ = utterance.audio(8000)
         long_quiet = quiet_runs(pcm, 8000)
         assert len(long_quiet) == len(utterance.pauses_s), utterance
+
+
+def test_calls_for_attention_pause_before_the_question_in_seven_languages() -> None:
+    assert calls_for_attention() == calls_for_attention(23)
+    assert set(ATTENTION_LANGUAGES) == {*LANGUAGES, *OTHER_LANGUAGES}
+    for language in ATTENTION_LANGUAGES:
+        mine = [u for u in calls_for_attention() if u.language == language]
+        assert len(mine) == 2 and all(u.kind == "attention" for u in mine), language
+        assert all(not u.complete_question for u in mine)
+        assert all(len(u.pauses_s) == 1 and 0.3 <= u.pauses_s[0] <= 0.9 for u in mine)

@@ -143,6 +143,49 @@ def test_a_filler_alone_in_more_languages_is_no_short_command(filler: str) -> No
     assert not asks_for_answer(filler)
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        "Excuse me.",
+        "Sorry.",
+        "Pardon.",
+        "Entschuldigung.",
+        "Entschuldigen Sie.",
+        "Excusez-moi.",  # not the French imperative "Rappelez-moi" it looks like
+        "Perdone.",
+        "Disculpe.",
+        "Mi scusi.",
+        "Com licença.",
+        "Desculpe.",
+        "Excuse me please.",  # nor a request with please after it
+        "Entschuldigen Sie bitte.",
+        "Um, excuse me.",
+    ],
+)
+def test_a_call_for_attention_alone_is_no_short_command(call: str) -> None:
+    """People ask for attention, pause and say what they want ("Excuse me... where is the
+    nearest pharmacy"): answered at "Excuse me.", they are talked over
+    (``bench/results/turn_taking_attention.md``)."""
+    assert not asks_for_answer(call)
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Sorry, can you say that again.", True),  # read after the call, as after a filler
+        ("Excuse me, where is the station.", True),
+        ("Entschuldigung, rufen Sie mich zurück.", True),
+        ("Excusez-moi, pouvez-vous m'aider.", True),
+        ("Excusez-moi, je cherche la gare.", False),  # a statement after it asks for nothing
+        ("Sorry?", True),  # with a question mark it asks, as any question does
+        ("Pardon ?", True),
+        ("Sorry, stop.", True),  # a command after it is still one
+    ],
+)
+def test_a_sentence_is_read_after_its_call_for_attention(text: str, asks: bool) -> None:
+    assert asks_for_answer(text) is asks
+
+
 def test_a_request_is_read_from_its_form_however_the_recognizer_encodes_it() -> None:
     """Capitals, and accents decomposed (NFD) as some pipelines pass text on: the hyphens are
     read from the same normalized text as the words."""

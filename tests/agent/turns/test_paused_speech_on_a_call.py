@@ -12,6 +12,9 @@ noise 10 dB below the speech, with the words Voxtral would write (the Voxtral st
 turn-taking bench): at its second pause (0.74 s) Smart Turn hears a finished question through
 the noise, and the words are one. Before ``turn.paused_turns_wait`` it was answered there on
 that bench's noisy lines.
+
+A fifth, "sorry... can you say that again", is a call for attention before the
+question, with the stand-in's words on a clean line: it must not be answered at "Sorry.".
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from agent.config import load_settings
 from tests.agent.transports.stack import async_wait_for, phone_server, running_server
 from tests.conftest import requires_espeak
 from tests.fakes.line_noise import line
-from tests.fakes.paused_speech import Utterance, utterances
+from tests.fakes.paused_speech import Utterance, calls_for_attention, utterances
 from tests.fakes.realtime_peer import RealtimePeer
 from tests.fakes.reference_words import ReferenceWords
 from tests.fakes.speech import words
@@ -93,6 +96,28 @@ async def test_a_caller_who_paused_is_not_answered_at_a_question_inside_the_turn
                 pcm,
                 before=before,
                 after=after,
+                speaking=lambda began: voxtral_words.play(utterance, began),
+            )
+    assert_one_answer_after_the_end(caller, app, utterance, began, ended)
+
+
+async def test_a_caller_who_asks_for_attention_is_answered_after_the_question() -> None:
+    """ "Excuse me... where is the nearest pharmacy" (a pause of 0.85 s), with the words
+    Voxtral would write: "Sorry." was a short command to the words, and Smart Turn calls
+    it complete, so it was answered at the pause (``bench/results/turn_taking_attention.md``)."""
+    utterance = calls_for_attention()[1]
+    pcm, _ = utterance.audio(8000)
+    voxtral_words = ReferenceWords()
+    voxtral = RealtimePeer(
+        model="voxtral-test", transcribe=voxtral_words.transcribe, final_delay_s=0.3
+    )
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
+            caller, began, ended = await say(
+                url,
+                app,
+                "CAATTENTION",
+                pcm,
                 speaking=lambda began: voxtral_words.play(utterance, began),
             )
     assert_one_answer_after_the_end(caller, app, utterance, began, ended)
