@@ -8,8 +8,17 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from agent.turns.completeness import asks_for_answer, ends_unfinished, last_sentence, words
+from agent.turns.completeness import (
+    CALLS_FOR_ATTENTION,
+    asks_for_answer,
+    ends_unfinished,
+    last_sentence,
+    words,
+)
+from tests.agent.turns.test_request_forms import LAST_SENTENCE
 
 
 @pytest.mark.parametrize(
@@ -184,6 +193,22 @@ def test_a_call_for_attention_alone_is_no_short_command(call: str) -> None:
 )
 def test_a_sentence_is_read_after_its_call_for_attention(text: str, asks: bool) -> None:
     assert asks_for_answer(text) is asks
+
+
+CONTINUES_A_CALL = frozenset(word for call in CALLS_FOR_ATTENTION for word in call[1:])
+"""Words that make a call longer after another ("pardon" then "me" is "pardon me")."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(CALLS_FOR_ATTENTION).map(" ".join), LAST_SENTENCE, st.sampled_from(".?"))
+def test_a_call_for_attention_changes_nothing_about_the_sentence_after_it(
+    call: str, sentence: str, mark: str
+) -> None:
+    """Whatever follows "Excuse me," (three words or more) asks for an answer exactly when it
+    would alone."""
+    assume(words(sentence)[0] not in CONTINUES_A_CALL)
+    alone = sentence + mark
+    assert asks_for_answer(f"{call.capitalize()}, {alone}") == asks_for_answer(alone)
 
 
 def test_a_request_is_read_from_its_form_however_the_recognizer_encodes_it() -> None:
