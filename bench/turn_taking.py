@@ -43,10 +43,12 @@ whether the decision holds in languages no rule or threshold here was tuned on. 
 attention`` plays a call for attention, a pause and a question in those seven languages
 (``tests.fakes.paused_speech.calls_for_attention``: "Excuse me... where is the nearest
 pharmacy", "Entschuldigung... wo ist die nächste Apotheke"), which must not be answered at the
-pause.
+pause. ``--set east-asian`` plays Chinese, Japanese and Korean hesitations, sentences paused on
+a conjunction or particle, answers and questions (``tests.fakes.paused_speech.east_asian``).
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended|languages|attention] [--noise clean,white:20,babble:10@2]
+        [--runs N] [--set paused|extended|languages|attention|east-asian]
+        [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
 
@@ -72,6 +74,7 @@ from tests.fakes.line_noise import NOISES, Noise, line
 from tests.fakes.paused_speech import (
     Utterance,
     calls_for_attention,
+    east_asian,
     extended,
     other_languages,
     utterances,
@@ -112,6 +115,11 @@ SETS = {
         calls_for_attention,
         ROOT / "bench" / "results" / "turn_taking_attention.md",
         "Turn-taking after a call for attention, in seven languages (phone calls)",
+    ),
+    "east-asian": PlayedSet(
+        east_asian,
+        ROOT / "bench" / "results" / "turn_taking_east_asian.md",
+        "Turn-taking in Chinese, Japanese and Korean (phone calls)",
     ),
 }
 ANSWER_WINDOW_S = 2.0
@@ -800,7 +808,7 @@ def main(argv: list[str]) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if args.recognizer == "reference" and args.set not in SETS:
-        parser.error("--recognizer reference plays --set extended, languages or attention")
+        parser.error("--recognizer reference plays a --set other than paused")
     for utterance in SETS[args.set].played() if args.set in SETS else utterances():
         utterance.audio(8000)  # synthesize the set before anything is timed
         if "webrtc" in args.transports:

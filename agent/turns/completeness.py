@@ -9,8 +9,9 @@ words can say are trusted:
 
 - :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
   article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French,
-  Spanish, Italian, Portuguese or Dutch, and no question mark closes it. Such a turn is not
-  over, whatever the audio says.
+  Spanish, Italian, Portuguese, Dutch or Korean, a Chinese or Japanese conjunction or particle
+  ("咖啡和", "コーヒーを") or hesitation alone ("那个", "あの"), and no question mark closes it.
+  Such a turn is not over, whatever the audio says.
 - :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
   - a question mark from the recognizer, in any script (``?``, full-width ``？``, Arabic
@@ -73,13 +74,31 @@ CONNECTIVES = frozenset(
     # Portuguese
     "ou mas os um uma então "
     # Dutch
-    "maar omdat een de nou dus ehm".split()
+    "maar omdat een de nou dus ehm "
+    # Korean (written with spaces): fillers and conjunctions
+    "음 어 저기 그리고 그런데 근데 그래서 그러니까".split()
 )
 """Conjunctions, fillers and articles: no turn ends on one, not even a turn of one word. In
 the languages the benches speak (Italian, Portuguese and Dutch in ``bench.turn_taking --set
 languages``), leaving out words a sentence may end on in another of them or in its own
 (Italian "il" is French "il": "Quelle heure est-il"; Dutch "en" is French "en", Portuguese "do"
 English "do"; "Quiero uno.", "Ik weet het.")."""
+
+CJK_FILLERS = frozenset({"嗯", "呃", "那个", "あの", "あのー", "えーと", "えっと", "まあ"})
+"""Chinese and Japanese hesitations ("那个…", "あの…"), written without spaces: a turn that is
+only one is not over, as "Um." is not (each character counts as a word, so "那个。" would
+otherwise be a closed turn of two words, a short command). "那个。" may also be "That one.";
+that answer waits, a hesitation answered at once would be talked over. Not "就是。"
+("Exactly.") nor "这个。" ("This one.")."""
+
+CJK_TRAILING = (
+    # Chinese conjunctions: "and", "with", "then", "but", "because", "so", "or", "also"
+    "和", "跟", "然后", "但是", "因为", "所以", "或者", "而且", "还有",
+    # Japanese particles no sentence ends on: object, subject, topic ("コーヒーを…")
+    "を", "が", "は",
+)  # fmt: skip
+"""Endings of a Chinese or Japanese sentence that goes on. Not particles a finished answer
+ends on ("カードで。" "By card.", "八時に。" "At eight.", "是的。" "Yes.")."""
 
 TRAILING_WORDS = (
     CONNECTIVES | PREPOSITIONS | frozenset("zu mit für von bei pour avec para con".split())
@@ -189,7 +208,11 @@ def _closed(sentence: str) -> bool:
 
 def _trails(found: list[str], sentence: str) -> bool:
     """Whether ``found``, the last sentence's words, stop where no sentence ends: on a
-    connective, or on a preposition after other words (alone and closed, it is a command)."""
+    connective, or on a preposition after other words (alone and closed, it is a command); in
+    Chinese and Japanese, on a conjunction or particle, or a hesitation alone."""
+    if _CJK.search(found[-1]):
+        written = "".join(found)
+        return written in CJK_FILLERS or written.endswith(CJK_TRAILING)
     if len(found) == 1 and _closed(sentence):
         return found[0] in CONNECTIVES
     return found[-1] in TRAILING_WORDS

@@ -283,6 +283,33 @@ so the other sets and every figure published on them stay as they are."""
 
 ATTENTION_LANGUAGES = tuple(_CALLS_FOR_ATTENTION)
 
+_EAST_ASIAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "zh": (
+        ("hesitation", ("那个", "你们几点开门"), False),
+        ("unfinished", ("我想要一杯咖啡和", "一块蛋糕"), False),
+        ("answer", ("好的",), True),
+        ("question", ("你们几点开门",), True),
+    ),
+    "ja": (
+        ("hesitation", ("あの", "なんじに あきますか"), False),
+        ("unfinished", ("コーヒーを", "ふたつ ください"), False),
+        ("answer", ("はい",), True),
+        ("question", ("なんじに あきますか",), True),
+    ),
+    "ko": (
+        ("hesitation", ("음", "몇 시에 문을 열어요"), False),
+        ("unfinished", ("커피 그리고", "케이크 주세요"), False),
+        ("answer", ("네",), True),
+        ("question", ("몇 시에 문을 열어요",), True),
+    ),
+}
+"""Chinese, Japanese and Korean (espeak-ng's voices; Japanese in kana, which its voice reads):
+a hesitation before the question ("那个... 你们几点开门"), a sentence paused on a conjunction or
+a particle ("コーヒーを... ふたつ ください"), a one-word answer and a question. Chinese and
+Japanese are written without spaces, so each character counts as a word."""
+
+EAST_ASIAN_LANGUAGES = tuple(_EAST_ASIAN)
+
 
 def _spoken(
     scripts: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]], rng: random.Random
@@ -334,3 +361,9 @@ def calls_for_attention(seed: int = 23) -> tuple[Utterance, ...]:
     """:data:`_CALLS_FOR_ATTENTION` in seven languages, pauses drawn from 300-900 ms with a
     fixed seed."""
     return _spoken(_CALLS_FOR_ATTENTION, random.Random(seed))
+
+
+@cache
+def east_asian(seed: int = 24) -> tuple[Utterance, ...]:
+    """:data:`_EAST_ASIAN`, pauses drawn from 300-900 ms with a fixed seed."""
+    return _spoken(_EAST_ASIAN, random.Random(seed))

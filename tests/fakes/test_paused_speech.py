@@ -9,9 +9,11 @@ import pytest
 from tests.conftest import requires_modules
 from tests.fakes.paused_speech import (
     ATTENTION_LANGUAGES,
+    EAST_ASIAN_LANGUAGES,
     LANGUAGES,
     OTHER_LANGUAGES,
     calls_for_attention,
+    east_asian,
     extended,
     other_languages,
     utterances,
@@ -99,3 +101,12 @@ def test_calls_for_attention_pause_before_the_question_in_seven_languages() -> N
         assert len(mine) == 2 and all(u.kind == "attention" for u in mine), language
         assert all(not u.complete_question for u in mine)
         assert all(len(u.pauses_s) == 1 and 0.3 <= u.pauses_s[0] <= 0.9 for u in mine)
+
+
+def test_chinese_japanese_and_korean_have_pauses_where_no_sentence_ends() -> None:
+    assert east_asian() == east_asian(24)
+    for language in EAST_ASIAN_LANGUAGES:
+        mine = [u for u in east_asian() if u.language == language]
+        assert {u.kind for u in mine} == {"hesitation", "unfinished", "answer", "question"}
+        paused = [u for u in mine if not u.complete_question]
+        assert len(paused) == 2 and all(0.3 <= u.pauses_s[0] <= 0.9 for u in paused)

@@ -195,6 +195,42 @@ def test_a_sentence_is_read_after_its_call_for_attention(text: str, asks: bool) 
     assert asks_for_answer(text) is asks
 
 
+@pytest.mark.parametrize(
+    ("text", "unfinished"),
+    [
+        ("那个。", True),  # Chinese and Japanese hesitations: two characters, no command
+        ("嗯。", True),
+        ("あの。", True),
+        ("えーと。", True),
+        ("음.", True),  # Korean is written with spaces: its fillers are words
+        ("我想要一杯咖啡和。", True),  # on a conjunction: "and"
+        ("我们明天去然后。", True),
+        ("コーヒーを。", True),  # on a particle no sentence ends on
+        ("커피 그리고.", True),
+        ("好的。", False),  # answers and questions stay what they were
+        ("はい。", False),
+        ("네.", False),
+        ("是的。", False),
+        ("カードで。", False),  # "By card.": a particle a finished answer ends on
+        ("八時に。", False),
+        ("就是。", False),  # "Exactly."
+        ("你们几点开门？", False),
+    ],
+)
+def test_a_chinese_japanese_or_korean_turn_that_goes_on(text: str, unfinished: bool) -> None:
+    """Each Chinese or Japanese character counts as a word, so a hesitation of two ("那个。")
+    was a closed turn of two words, a short command, and answered at once where Smart Turn
+    agreed (``bench/results/turn_taking_east_asian.md``)."""
+    assert ends_unfinished(text) is unfinished
+    if unfinished:
+        assert not asks_for_answer(text)
+
+
+@pytest.mark.parametrize("answer", ["好的。", "是。", "不是。", "はい。", "네.", "아니요.", "停。"])
+def test_short_chinese_japanese_and_korean_answers_still_ask(answer: str) -> None:
+    assert asks_for_answer(answer)
+
+
 CONTINUES_A_CALL = frozenset(word for call in CALLS_FOR_ATTENTION for word in call[1:])
 """Words that make a call longer after another ("pardon" then "me" is "pardon me")."""
 
