@@ -102,9 +102,9 @@ async def test_a_caller_who_paused_is_not_answered_at_a_question_inside_the_turn
 
 
 async def test_a_caller_who_asks_for_attention_is_answered_after_the_question() -> None:
-    """ "Excuse me... where is the nearest pharmacy" (a pause of 0.85 s), with the words
-    Voxtral would write: "Sorry." was a short command to the words, and Smart Turn calls
-    it complete, so it was answered at the pause (``bench/results/turn_taking_attention.md``)."""
+    """ "Sorry... can you say that again" (a pause of 0.87 s), with the words Voxtral would
+    write: "Sorry." was a short command to the words, and Smart Turn calls it complete, so it
+    was answered at the pause (``bench/results/turn_taking_attention.md``)."""
     utterance = calls_for_attention()[1]
     pcm, _ = utterance.audio(8000)
     voxtral_words = ReferenceWords()
