@@ -83,21 +83,9 @@ async def test_a_caller_who_paused_is_not_answered_at_a_question_inside_the_turn
     utterance = next(u for u in utterances() if u.phrases[0] == "um")  # pauses 0.45, 0.74 s
     pcm, _ = utterance.audio(8000)
     before, pcm, after = line(pcm, 8000, "white", 10, before_s=0.5, after_s=ANSWER_WITHIN_S + 2)
-    voxtral_words = ReferenceWords()
-    voxtral = RealtimePeer(
-        model="voxtral-test", transcribe=voxtral_words.transcribe, final_delay_s=0.3
+    caller, app, began, ended = await say_with_voxtrals_words(
+        utterance, "CAHESITATION", pcm, before=before, after=after
     )
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, began, ended = await say(
-                url,
-                app,
-                "CAHESITATION",
-                pcm,
-                before=before,
-                after=after,
-                speaking=lambda began: voxtral_words.play(utterance, began),
-            )
     assert_one_answer_after_the_end(caller, app, utterance, began, ended)
 
 
@@ -107,6 +95,20 @@ async def test_a_caller_who_asks_for_attention_is_answered_after_the_question() 
     was answered at the pause (``bench/results/turn_taking_attention.md``)."""
     utterance = calls_for_attention()[1]
     pcm, _ = utterance.audio(8000)
+    caller, app, began, ended = await say_with_voxtrals_words(utterance, "CAATTENTION", pcm)
+    assert_one_answer_after_the_end(caller, app, utterance, began, ended)
+
+
+async def say_with_voxtrals_words(
+    utterance: Utterance,
+    call_sid: str,
+    pcm: bytes,
+    *,
+    before: bytes | None = None,
+    after: bytes | None = None,
+) -> tuple[TwilioCaller, FastAPI, float, float]:
+    """:func:`say` to a phone server whose recognizer writes the utterance's own words, as
+    Voxtral would (the turn-taking bench's stand-in)."""
     voxtral_words = ReferenceWords()
     voxtral = RealtimePeer(
         model="voxtral-test", transcribe=voxtral_words.transcribe, final_delay_s=0.3
@@ -116,11 +118,13 @@ async def test_a_caller_who_asks_for_attention_is_answered_after_the_question() 
             caller, began, ended = await say(
                 url,
                 app,
-                "CAATTENTION",
+                call_sid,
                 pcm,
+                before=before,
+                after=after,
                 speaking=lambda began: voxtral_words.play(utterance, began),
             )
-    assert_one_answer_after_the_end(caller, app, utterance, began, ended)
+    return caller, app, began, ended
 
 
 async def say(
