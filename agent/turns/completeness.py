@@ -218,7 +218,7 @@ def _trails(found: list[str], sentence: str) -> bool:
     return found[-1] in TRAILING_WORDS
 
 
-def after_openers(found: list[str]) -> list[str]:
+def _after_openers(found: list[str]) -> list[str]:
     """The words of a sentence after the fillers and calls for attention it opens with ("um,
     excuse me, where is..." → "where is..."); empty when it is nothing else."""
     while found:
@@ -251,7 +251,7 @@ def asks_for_answer(text: str) -> bool:
         return False
     if ends_with_question_mark(sentence):
         return True
-    said = after_openers(found)
+    said = _after_openers(found)
     if len(words(text)) <= SHORT_TURN_WORDS and _closed(sentence):
         # "Stop.", "Cancel it.", "Para.", but not "Um.", "Hello there." nor "Excuse me."
         return not _trails(found, sentence) and found[0] not in OPENERS and bool(said)
