@@ -44,10 +44,11 @@ attention`` plays a call for attention, a pause and a question in those seven la
 (``tests.fakes.paused_speech.calls_for_attention``: "Excuse me... where is the nearest
 pharmacy", "Entschuldigung... wo ist die nächste Apotheke"), which must not be answered at the
 pause. ``--set east-asian`` plays Chinese, Japanese and Korean hesitations, sentences paused on
-a conjunction or particle, answers and questions (``tests.fakes.paused_speech.east_asian``).
+a conjunction or particle, answers and questions (``tests.fakes.paused_speech.east_asian``);
+``--set more-scripts`` the same in Russian, Arabic and Hindi (``more_scripts``).
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended|languages|attention|east-asian]
+        [--runs N] [--set paused|extended|languages|attention|east-asian|more-scripts]
         [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
@@ -76,6 +77,7 @@ from tests.fakes.paused_speech import (
     calls_for_attention,
     east_asian,
     extended,
+    more_scripts,
     other_languages,
     utterances,
 )
@@ -120,6 +122,11 @@ SETS = {
         east_asian,
         ROOT / "bench" / "results" / "turn_taking_east_asian.md",
         "Turn-taking in Chinese, Japanese and Korean (phone calls)",
+    ),
+    "more-scripts": PlayedSet(
+        more_scripts,
+        ROOT / "bench" / "results" / "turn_taking_more_scripts.md",
+        "Turn-taking in Russian, Arabic and Hindi (phone calls)",
     ),
 }
 ANSWER_WINDOW_S = 2.0

@@ -9,9 +9,9 @@ words can say are trusted:
 
 - :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
   article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French,
-  Spanish, Italian, Portuguese, Dutch or Korean, a Chinese or Japanese conjunction or particle
-  ("咖啡和", "コーヒーを") or hesitation alone ("那个", "あの"), and no question mark closes it.
-  Such a turn is not over, whatever the audio says.
+  Spanish, Italian, Portuguese, Dutch, Korean, Russian, Arabic or Hindi, a Chinese or Japanese
+  conjunction or particle ("咖啡和", "コーヒーを") or hesitation alone ("那个", "あの"), and no
+  question mark closes it. Such a turn is not over, whatever the audio says.
 - :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
   - a question mark from the recognizer, in any script (``?``, full-width ``？``, Arabic
@@ -76,7 +76,11 @@ CONNECTIVES = frozenset(
     # Dutch
     "maar omdat een de nou dus ehm "
     # Korean (written with spaces): fillers and conjunctions
-    "음 어 저기 그리고 그런데 근데 그래서 그러니까".split()
+    "음 어 저기 그리고 그런데 근데 그래서 그러니까 "
+    # Russian, Arabic, Hindi: conjunctions and fillers
+    "и а но или потому ну э эм ээ "
+    "و أو لكن لأن يعني "
+    "और लेकिन क्योंकि या तो मतलब कि".split()
 )
 """Conjunctions, fillers and articles: no turn ends on one, not even a turn of one word. In
 the languages the benches speak (Italian, Portuguese and Dutch in ``bench.turn_taking --set
@@ -164,7 +168,21 @@ SHORT_TURN_WORDS = 2
 """A turn of at most this many words, closed by the recognizer, is a command or an answer."""
 
 _SENTENCE_END = re.compile(rf"(?<=[{re.escape(SENTENCE_ENDS)}])\s*")
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def _combining_marks() -> str:
+    """The combining marks words are written with, as a character class's contents: Indic
+    vowel signs (Devanagari "तो", "कॉफ़ी"), Arabic and Hebrew points, Thai vowels, Latin
+    diacritics NFC leaves uncomposed. Python's ``\\w`` has none of them, so "मुझे कॉफ़ी और"
+    read as five words ("म", "झ", "क", "फ", "और") and "तो" as "त"."""
+    blocks = (range(0x0300, 0x1E00), range(0x20D0, 0x2100), range(0xFE20, 0xFE30))
+    return "".join(
+        re.escape(chr(c)) for b in blocks for c in b if unicodedata.category(chr(c))[0] == "M"
+    )
+
+
+_LETTER = rf"(?:[^\W_]|[{_combining_marks()}])"
+_WORD = re.compile(rf"{_LETTER}+(?:['’]{_LETTER}+)*")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 _CLOSING = " \t\"'’”»)]}…"

@@ -310,6 +310,31 @@ Japanese are written without spaces, so each character counts as a word."""
 
 EAST_ASIAN_LANGUAGES = tuple(_EAST_ASIAN)
 
+_MORE_SCRIPTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "ru": (
+        ("hesitation", ("ну", "во сколько вы открываетесь"), False),
+        ("unfinished", ("я хочу кофе и", "кусок торта"), False),
+        ("answer", ("да",), True),
+        ("question", ("во сколько вы открываетесь",), True),
+    ),
+    "ar": (
+        ("hesitation", ("يعني", "متى تفتحون"), False),
+        ("unfinished", ("أريد قهوة و", "قطعة كعك"), False),
+        ("answer", ("نعم",), True),
+        ("question", ("متى تفتحون",), True),
+    ),
+    "hi": (
+        ("hesitation", ("तो", "आप कितने बजे खुलते हैं"), False),
+        ("unfinished", ("मुझे कॉफ़ी और", "केक चाहिए"), False),
+        ("answer", ("हाँ",), True),
+        ("question", ("आप कितने बजे खुलते हैं",), True),
+    ),
+}
+"""Russian, Arabic and Hindi (espeak-ng's voices), as :data:`_EAST_ASIAN`: a filler before the
+question ("ну...", "يعني...", "तो..."), a sentence paused on "and", an answer and a question."""
+
+MORE_SCRIPTS_LANGUAGES = tuple(_MORE_SCRIPTS)
+
 
 def _spoken(
     scripts: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]], rng: random.Random
@@ -367,3 +392,9 @@ def calls_for_attention(seed: int = 23) -> tuple[Utterance, ...]:
 def east_asian(seed: int = 24) -> tuple[Utterance, ...]:
     """:data:`_EAST_ASIAN`, pauses drawn from 300-900 ms with a fixed seed."""
     return _spoken(_EAST_ASIAN, random.Random(seed))
+
+
+@cache
+def more_scripts(seed: int = 25) -> tuple[Utterance, ...]:
+    """:data:`_MORE_SCRIPTS`, pauses drawn from 300-900 ms with a fixed seed."""
+    return _spoken(_MORE_SCRIPTS, random.Random(seed))

@@ -3,6 +3,8 @@ exactly where declared, and the true end of each turn after its last phrase."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,13 @@ from tests.fakes.paused_speech import (
     ATTENTION_LANGUAGES,
     EAST_ASIAN_LANGUAGES,
     LANGUAGES,
+    MORE_SCRIPTS_LANGUAGES,
     OTHER_LANGUAGES,
+    Utterance,
     calls_for_attention,
     east_asian,
     extended,
+    more_scripts,
     other_languages,
     utterances,
 )
@@ -103,10 +108,17 @@ def test_calls_for_attention_pause_before_the_question_in_seven_languages() -> N
         assert all(len(u.pauses_s) == 1 and 0.3 <= u.pauses_s[0] <= 0.9 for u in mine)
 
 
-def test_chinese_japanese_and_korean_have_pauses_where_no_sentence_ends() -> None:
-    assert east_asian() == east_asian(24)
-    for language in EAST_ASIAN_LANGUAGES:
-        mine = [u for u in east_asian() if u.language == language]
+@pytest.mark.parametrize(
+    ("played", "seed", "languages"),
+    [(east_asian, 24, EAST_ASIAN_LANGUAGES), (more_scripts, 25, MORE_SCRIPTS_LANGUAGES)],
+    ids=["chinese, japanese, korean", "russian, arabic, hindi"],
+)
+def test_more_scripts_have_pauses_where_no_sentence_ends(
+    played: Callable[..., tuple[Utterance, ...]], seed: int, languages: tuple[str, ...]
+) -> None:
+    assert played() == played(seed)
+    for language in languages:
+        mine = [u for u in played() if u.language == language]
         assert {u.kind for u in mine} == {"hesitation", "unfinished", "answer", "question"}
         paused = [u for u in mine if not u.complete_question]
         assert len(paused) == 2 and all(0.3 <= u.pauses_s[0] <= 0.9 for u in paused)

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001 (other scripts' letters and marks are the point)
+# ruff: noqa: RUF001, RUF002 (other scripts' letters and marks are the point)
 """What the words say about the end of the turn, the tie-breaker beside Smart Turn: whether
 they ask for an answer (in any script the recognizer writes a question mark in), and whether
 they stop on a word no sentence ends on."""
@@ -226,8 +226,29 @@ def test_a_chinese_japanese_or_korean_turn_that_goes_on(text: str, unfinished: b
         assert not asks_for_answer(text)
 
 
-@pytest.mark.parametrize("answer", ["好的。", "是。", "不是。", "はい。", "네.", "아니요.", "停。"])
-def test_short_chinese_japanese_and_korean_answers_still_ask(answer: str) -> None:
+def test_words_keep_their_combining_marks() -> None:
+    """Devanagari vowel signs are combining marks, which Python's ``\\w`` leaves out: "मुझे
+    कॉफ़ी और" read as five words and "ठीक है।" ("Okay.") as three, no short answer."""
+    assert words("मुझे कॉफ़ी और।") == ["मुझे", "कॉफ़ी", "और"]
+    assert words("ขอบคุณครับ") == ["ขอบคุณครับ"]  # Thai vowels too
+    assert asks_for_answer("ठीक है।")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Ну.", "Я хочу кофе и.", "يعني.", "أريد قهوة و.", "तो।", "मुझे कॉफ़ी और।"],
+)
+def test_a_russian_arabic_or_hindi_filler_or_conjunction_goes_on(text: str) -> None:
+    """ "Ну." ("Well."), "يعني." ("I mean."), "तो।" ("So.") were one-word commands, and a
+    sentence paused on "and" read as finished (``bench/results/turn_taking_more_scripts.md``)."""
+    assert ends_unfinished(text)
+    assert not asks_for_answer(text)
+
+
+@pytest.mark.parametrize(
+    "answer", ["好的。", "是。", "不是。", "はい。", "네.", "아니요.", "停。", "Да.", "نعم.", "हाँ।"]
+)
+def test_short_answers_in_more_scripts_still_ask(answer: str) -> None:
     assert asks_for_answer(answer)
 
 
