@@ -45,10 +45,13 @@ attention`` plays a call for attention, a pause and a question in those seven la
 pharmacy", "Entschuldigung... wo ist die nächste Apotheke"), which must not be answered at the
 pause. ``--set east-asian`` plays Chinese, Japanese and Korean hesitations, sentences paused on
 a conjunction or particle, answers and questions (``tests.fakes.paused_speech.east_asian``);
-``--set more-scripts`` the same in Russian, Arabic and Hindi (``more_scripts``).
+``--set east-asian-commands`` Chinese and Japanese commands of three characters or more and a
+short start that goes on (``east_asian_commands``); ``--set more-scripts`` the same kinds as
+east-asian in Russian, Arabic and Hindi (``more_scripts``).
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
-        [--runs N] [--set paused|extended|languages|attention|east-asian|more-scripts]
+        [--runs N] [--set paused|extended|languages|attention|east-asian|east-asian-commands|
+        more-scripts]
         [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
@@ -76,6 +79,7 @@ from tests.fakes.paused_speech import (
     Utterance,
     calls_for_attention,
     east_asian,
+    east_asian_commands,
     extended,
     more_scripts,
     other_languages,
@@ -122,6 +126,11 @@ SETS = {
         east_asian,
         ROOT / "bench" / "results" / "turn_taking_east_asian.md",
         "Turn-taking in Chinese, Japanese and Korean (phone calls)",
+    ),
+    "east-asian-commands": PlayedSet(
+        east_asian_commands,
+        ROOT / "bench" / "results" / "turn_taking_east_asian_commands.md",
+        "Turn-taking on Chinese and Japanese commands (phone calls)",
     ),
     "more-scripts": PlayedSet(
         more_scripts,

@@ -39,6 +39,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import budoux
+
 from agent.turns.request_forms import is_request
 
 AUXILIARIES = frozenset(
@@ -88,21 +90,38 @@ languages``), leaving out words a sentence may end on in another of them or in i
 (Italian "il" is French "il": "Quelle heure est-il"; Dutch "en" is French "en", Portuguese "do"
 English "do"; "Quiero uno.", "Ik weet het.")."""
 
-CJK_FILLERS = frozenset({"嗯", "呃", "那个", "あの", "あのー", "えーと", "えっと", "まあ"})
-"""Chinese and Japanese hesitations ("那个…", "あの…"), written without spaces: a turn that is
-only one is not over, as "Um." is not (each character counts as a word, so "那个。" would
-otherwise be a closed turn of two words, a short command). "那个。" may also be "That one.";
-that answer waits, a hesitation answered at once would be talked over. Not "就是。"
-("Exactly.") nor "这个。" ("This one.")."""
+CJK_FILLERS = frozenset(
+    {"嗯", "呃", "那个", "あの", "あのー", "えーと", "えっと", "まあ"}
+    # Japanese conjunctions that open a sentence: "and then", "and", "after that", "so", "but"
+    | {"それで", "そして", "それから", "だから", "でも"}
+)
+"""Chinese and Japanese hesitations ("那个…", "あの…") and Japanese conjunctions that open a
+sentence ("それで…"): a turn that is only one is not over, as "Um." and "So." are not (each is
+one word, so "那个。" would otherwise be a closed one-word turn, a short command). "那个。" may
+also be "That one."; that answer waits, a hesitation answered at once would be talked over.
+Not "就是。" ("Exactly.") nor "这个。" ("This one."); the conjunctions only alone, not as the
+end of a sentence ("コーヒーでも。", "Coffee or so."; "雨だから。", "Because it rains.")."""
 
 CJK_TRAILING = (
-    # Chinese conjunctions: "and", "with", "then", "but", "because", "so", "or", "also"
-    "和", "跟", "然后", "但是", "因为", "所以", "或者", "而且", "还有",
-    # Japanese particles no sentence ends on: object, subject, topic ("コーヒーを…")
-    "を", "が", "は",
+    # Chinese conjunctions: "and", "with", "then", "but", "because", "so", "or", "also", "if",
+    # "although"
+    "和", "跟", "然后", "但是", "因为", "所以", "或者", "而且", "还有", "那么", "如果", "虽然",
+    "不过", "可是",
+    # Japanese particles no sentence ends on: object, subject, topic, "and", "'s" ("コーヒーを…",
+    # "コーヒーと…", "あしたの…")
+    "を", "が", "は", "と", "や", "の",
 )  # fmt: skip
 """Endings of a Chinese or Japanese sentence that goes on. Not particles a finished answer
-ends on ("カードで。" "By card.", "八時に。" "At eight.", "是的。" "Yes.")."""
+ends on ("カードで。" "By card.", "八時に。" "At eight.", "是的。" "Yes.", "好的。" "Okay."; so
+not Chinese "的": :data:`CHINESE_ANSWERS_ON_DE`). Japanese "の" also closes a casual question
+("どうしたの", which Voxtral writes with "？"), "と" a few adverbs ("もっと。" "More."): such a
+turn waits, as a start answered at once would be talked over."""
+
+CHINESE_ANSWERS_ON_DE = frozenset({"好的", "是的", "对的", "真的"})
+"""Short Chinese answers that end on 的 ("Okay.", "Yes.", "Right.", "Really."). Any other short
+turn that does is no command: "明天的。" ("Tomorrow's.") goes on ("…会议取消了"), and was
+answered at its pause where Smart Turn agreed. A longer sentence on 的 may be finished ("我是昨天
+来的。", "I came yesterday."): it is left to the models."""
 
 TRAILING_WORDS = (
     CONNECTIVES | PREPOSITIONS | frozenset("zu mit für von bei pour avec para con".split())
@@ -184,6 +203,9 @@ def _combining_marks() -> str:
 _LETTER = rf"(?:[^\W_]|[{_combining_marks()}])"
 _WORD = re.compile(rf"{_LETTER}+(?:['’]{_LETTER}+)*")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_JAPANESE = budoux.load_default_japanese_parser()
+_CHINESE = budoux.load_default_simplified_chinese_parser()
 _GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")
 _CLOSING = " \t\"'’”»)]}…"
 
@@ -194,14 +216,23 @@ def normalized(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text``, lower-cased; each Chinese or Japanese character is a word."""
+    """The words of ``text``, lower-cased; Chinese and Japanese, written without spaces, in
+    the words :func:`cjk_words` finds."""
     found: list[str] = []
     for word in _WORD.findall(normalized(text)):
-        if _CJK.search(word):
-            found.extend(ch for ch in word)
-        else:
-            found.append(word)
+        found.extend(cjk_words(word) if _CJK.search(word) else (word,))
     return found
+
+
+def cjk_words(run: str) -> list[str]:
+    """A run of Chinese or Japanese as words, by BudouX's phrase model (Google's, shipped
+    inside its package): in Japanese a phrase is a word with its particles ("コーヒーを",
+    "やめて", "キャンセルしてください": one each), in Chinese about a word, its particles
+    apart ("不用了" is "不用", "了"; "我想订" three). Counted a character each, every command of
+    three characters or more ("不用了。", "やめて。", "いいえ。") was too long to be a short
+    command."""
+    parser = _JAPANESE if _KANA.search(run) else _CHINESE
+    return [phrase for phrase in parser.parse(run) if phrase]
 
 
 def last_sentence(text: str) -> str:
@@ -234,6 +265,12 @@ def _trails(found: list[str], sentence: str) -> bool:
     if len(found) == 1 and _closed(sentence):
         return found[0] in CONNECTIVES
     return found[-1] in TRAILING_WORDS
+
+
+def _attributive(found: list[str]) -> bool:
+    """Whether a short Chinese turn ends on 的 and is no answer that does ("明天的。")."""
+    written = "".join(found)
+    return written.endswith("的") and written not in CHINESE_ANSWERS_ON_DE
 
 
 def _after_openers(found: list[str]) -> list[str]:
@@ -272,7 +309,12 @@ def asks_for_answer(text: str) -> bool:
     said = _after_openers(found)
     if len(words(text)) <= SHORT_TURN_WORDS and _closed(sentence):
         # "Stop.", "Cancel it.", "Para.", but not "Um.", "Hello there." nor "Excuse me."
-        return not _trails(found, sentence) and found[0] not in OPENERS and bool(said)
+        return (
+            not _trails(found, sentence)
+            and found[0] not in OPENERS
+            and bool(said)
+            and not _attributive(found)
+        )
     if not said:
         return False
     found = said

@@ -306,9 +306,33 @@ _EAST_ASIAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 """Chinese, Japanese and Korean (espeak-ng's voices; Japanese in kana, which its voice reads):
 a hesitation before the question ("那个... 你们几点开门"), a sentence paused on a conjunction or
 a particle ("コーヒーを... ふたつ ください"), a one-word answer and a question. Chinese and
-Japanese are written without spaces, so each character counts as a word."""
+Japanese are written without spaces (the rules find their words with BudouX's model)."""
 
 EAST_ASIAN_LANGUAGES = tuple(_EAST_ASIAN)
+
+_EAST_ASIAN_COMMANDS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    "zh": (
+        ("command", ("不用了",), True),  # "No need."
+        ("command", ("停下来",), True),  # "Stop."
+        ("command", ("等一下",), True),  # "Wait a moment."
+        ("unfinished", ("我想要", "两杯咖啡"), False),  # "I'd like... two coffees"
+        ("unfinished", ("明天的", "会议取消了"), False),  # "Tomorrow's... meeting is off"
+        ("unfinished", ("那么", "几点开门"), False),  # "So... what time do you open"
+    ),
+    "ja": (
+        ("command", ("やめて",), True),  # "Stop it."
+        ("command", ("キャンセルして",), True),  # "Cancel it."
+        ("command", ("けっこうです",), True),  # "No, thank you."
+        ("unfinished", ("あしたの", "よやくを キャンセルしてください"), False),  # "Tomorrow's..."
+        ("unfinished", ("コーヒーと", "ケーキを ください"), False),  # "Coffee and... cake, please"
+        ("unfinished", ("それで", "なんじに あきますか"), False),  # "And then... when do you open"
+    ),
+}
+"""Chinese and Japanese commands of three characters or more, and starts of one or two words
+that go on after a pause, which the short-command rule must not answer ("明天的...",
+"tomorrow's..."; "コーヒーと...", "coffee and...")."""
+
+EAST_ASIAN_COMMAND_LANGUAGES = tuple(_EAST_ASIAN_COMMANDS)
 
 _MORE_SCRIPTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
     "ru": (
@@ -392,6 +416,12 @@ def calls_for_attention(seed: int = 23) -> tuple[Utterance, ...]:
 def east_asian(seed: int = 24) -> tuple[Utterance, ...]:
     """:data:`_EAST_ASIAN`, pauses drawn from 300-900 ms with a fixed seed."""
     return _spoken(_EAST_ASIAN, random.Random(seed))
+
+
+@cache
+def east_asian_commands(seed: int = 26) -> tuple[Utterance, ...]:
+    """:data:`_EAST_ASIAN_COMMANDS`, pauses drawn from 300-900 ms with a fixed seed."""
+    return _spoken(_EAST_ASIAN_COMMANDS, random.Random(seed))
 
 
 @cache

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import requires_modules
 from tests.fakes.paused_speech import (
     ATTENTION_LANGUAGES,
+    EAST_ASIAN_COMMAND_LANGUAGES,
     EAST_ASIAN_LANGUAGES,
     LANGUAGES,
     MORE_SCRIPTS_LANGUAGES,
@@ -18,6 +19,7 @@ from tests.fakes.paused_speech import (
     Utterance,
     calls_for_attention,
     east_asian,
+    east_asian_commands,
     extended,
     more_scripts,
     other_languages,
@@ -122,3 +124,14 @@ def test_more_scripts_have_pauses_where_no_sentence_ends(
         assert {u.kind for u in mine} == {"hesitation", "unfinished", "answer", "question"}
         paused = [u for u in mine if not u.complete_question]
         assert len(paused) == 2 and all(0.3 <= u.pauses_s[0] <= 0.9 for u in paused)
+
+
+def test_chinese_and_japanese_commands_come_with_a_short_start_that_goes_on() -> None:
+    assert east_asian_commands() == east_asian_commands(26)
+    for language in EAST_ASIAN_COMMAND_LANGUAGES:
+        mine = [u for u in east_asian_commands() if u.language == language]
+        commands = [u for u in mine if u.kind == "command"]
+        assert len(commands) == 3 and all(u.complete_question and not u.pauses_s for u in commands)
+        assert all(len(u.phrases[0]) >= 3 for u in commands), "three characters or more"
+        paused = [u for u in mine if not u.complete_question]
+        assert len(paused) == 3 and all(0.3 <= u.pauses_s[0] <= 0.9 for u in paused)

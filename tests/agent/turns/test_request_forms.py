@@ -77,11 +77,13 @@ def test_statements_and_what_needs_a_word_list_are_not(sentence: str) -> None:
 
 
 LETTERS_AND_MARKS = (
-    "abcdefghijklmnopqrstuvwxyzáéíóúüçœßÄ今?.,;!-' \t…¿¡«»\uff1f\u2019\u037eतको\u0301\u0964"
+    "abcdefghijklmnopqrstuvwxyzáéíóúüçœßÄ今的了のてカー?.,;!-' \t…¿¡«»\uff1f\u3002\u2019\u037e"
+    "तको\u0301\u0964"
 )
-"""What a recognizer may write: letters with and without accents, hyphens, apostrophes, any
-script's marks (full-width and Greek question marks, the Devanagari full stop among them),
-combining marks (a Devanagari vowel sign, an acute accent NFC may not compose)."""
+"""What a recognizer may write: letters with and without accents, Chinese and Japanese (which
+BudouX's model splits into words), hyphens, apostrophes, any script's marks (full-width and
+Greek question marks, the CJK and Devanagari full stops among them), combining marks (a
+Devanagari vowel sign, an acute accent NFC may not compose)."""
 
 FORM_WORDS = (
     "please bitte por favor s'il vous plaît rufen Sie belt u rappelez moi rappelle-moi "
