@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import requires_local_llm, requires_modules
+from tests.fakes.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,13 +27,6 @@ requires_offline_stack = requires_modules(
     "flask",
     install="the default profile needs the offline extra: scripts/setup.sh",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def alive(pid: int) -> bool:

@@ -13,7 +13,6 @@ import contextlib
 import inspect
 import itertools
 import json
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -27,6 +26,7 @@ from websockets.http11 import Request, Response
 
 from container.bridge.app import create_app, uvicorn_config
 from container.bridge.settings import BridgeSettings
+from tests.fakes.serving import free_port
 
 
 async def until(
@@ -188,13 +188,6 @@ def bridge_settings(upstream_url: str, **overrides: object) -> BridgeSettings:
     }
     values.update(overrides)
     return BridgeSettings(**values)  # type: ignore[arg-type]
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from agent.stt.protocol import VOXTRAL_MODEL
-
-from .conftest import free_port
+from tests.fakes.serving import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "container" / "sagemaker-entrypoint.sh"

@@ -20,13 +20,22 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI
 
+_HANDED_OUT: set[int] = set()
+"""Ports :func:`free_port` gave this process: a port released here may be the kernel's next
+answer too, before the child it was meant for has bound it."""
+
 
 def free_port() -> int:
-    """A port nothing listens on right now (for a child process to bind; others may race)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on right now (for a child process to bind), never one this
+    process was given before: ``serve`` once got its ASR server's port a moment before the ASR
+    server bound it, and failed to start (other processes may still race)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def port_of(url: str) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 import textwrap
 
 import pytest
 
 from agent.local.supervisor import ChildFailed, ChildSpec, Supervisor
+from tests.fakes.serving import free_port
 
 # A tiny HTTP server that answers 200 on /health after an optional delay, then optionally
 # exits with a given code a while after it was first found ready (counted from then, not from
@@ -39,13 +39,6 @@ CHILD = textwrap.dedent(
     server.serve_forever()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def child(

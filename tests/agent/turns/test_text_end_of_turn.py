@@ -31,6 +31,7 @@ from agent.turns.text_end_of_turn import (
 from tests.agent.turns import test_adaptive_stop
 from tests.agent.turns.test_adaptive_stop import STOP_SECS, WAIT_S
 from tests.conftest import requires_local_llm
+from tests.fakes.serving import free_port
 from tests.fakes.turn_analyzer import ScriptedTurnAnalyzer
 
 make = test_adaptive_stop.make
@@ -320,10 +321,7 @@ async def test_an_answer_that_is_no_completion_gives_no_opinion(not_a_completion
 
 
 async def test_no_server_at_all_gives_no_opinion() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    model = TextEndOfTurn(f"http://127.0.0.1:{port}/v1", "m", timeout_s=2.0)
+    model = TextEndOfTurn(f"http://127.0.0.1:{free_port()}/v1", "m", timeout_s=2.0)
     try:
         assert await model.probability("What time is it?") is None
     finally:
