@@ -61,10 +61,12 @@ def test_speech_that_starts_mid_word_is_not_dropped_as_silence(
 ) -> None:
     """A turn can reach the server mid-word (a late VAD); the short window then doubts it is
     speech at all (no-speech probability > 0.6) and must not answer "": the full window
-    decides, and hears words (tiny.en guesses at the cut word, so not which ones)."""
+    decides, and hears words. Not which ones, nor how many: tiny.en guesses at the cut word,
+    and the guess depends on the backend and the CPU (cut at 0.15 s, oneDNN writes "in the
+    light of the invocation.", MKL on an Intel Xeon "non-velight syndication.")."""
     speech = pcm16_to_float(speech_at("turn on the lights in the kitchen", RATE))
     text = whisper.transcribe(speech[int(cut_s * RATE) :])
-    assert len(text.split()) >= 3, text
+    assert text.split(), "the speech was dropped as silence"
 
 
 def test_silence_is_no_text(whisper: WhisperRecognizer) -> None:
