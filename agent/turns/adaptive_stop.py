@@ -131,6 +131,7 @@ from agent.turns.completeness import (
 )
 from agent.turns.line_quiet import LineQuiet
 from agent.turns.text_end_of_turn import Conversation, TextEndOfTurn
+from agent.turns.turn_segments import TurnSegments
 
 LATE_FINAL_S = 2.5
 """By default, how much longer than the upper bound a turn waits for a segment's transcript
@@ -304,7 +305,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._model_over_audio = model_over_audio
         self._paused_turns_wait = paused_turns_wait
         self._question_unfinished_p = text_question_unfinished_p
-        self._segment_words: list[str] = []  # this turn's segments' transcripts so far
+        self._segments = TurnSegments()  # this turn's segments' transcripts so far
         self._ahead: UserTurnSpeculation | None = None  # the answer started ahead, if any
         self._context = context
         self._p_end: float | None = None  # the text model's answer on the words so far
@@ -362,7 +363,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._final = False
         self._words_at = None
         # Sounds that opened no turn (a cough over the bot's answer) are not this turn's.
-        self._segment_words = []
+        self._segments = TurnSegments()
 
     async def handle_user_turn_stopped(self) -> None:
         self._text = ""
@@ -372,7 +373,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._verdict, self._verdict_due = None, False
         self._p_end, self._p_due = None, False
         self._turns_ended += 1
-        self._segment_words = []
+        self._segments = TurnSegments()
         self._changed.set()
         if self._analyzer is not None:
             self._analyzer.clear()
@@ -429,7 +430,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
                 self._segments_given_up -= 1  # a segment the last turn ended without
             else:
                 self._segments_due = max(0, self._segments_due - 1)
-                self._segment_words.append(frame.text)
+                self._segments.append(frame.text)
                 self._schedule()
         return ProcessFrameResult.CONTINUE
 
@@ -524,17 +525,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         sentence is not one ("Hello there... can you tell me when you open?" is answered at
         once), nor is a sound after the last words (babble after "oui" made a second
         segment)."""
-        if not self._paused_turns_wait:
-            return False
-        last_words = max((i for i, t in enumerate(self._segment_words) if t.strip()), default=0)
-        heard = ""
-        for text in self._segment_words[:last_words]:
-            if not text.strip():
-                return True
-            heard = f"{heard} {text}".strip()
-            if ends_unfinished(heard):
-                return True
-        return False
+        return self._paused_turns_wait and self._segments.hesitated_before_last_words()
 
     def _ending_by_signals(self) -> Ending:
         """:meth:`_ending` from Smart Turn, the words and the text model alone."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 import budoux
 
@@ -224,21 +225,25 @@ def words(text: str) -> list[str]:
     return found
 
 
-def cjk_words(run: str) -> list[str]:
+@lru_cache(maxsize=1024)
+def cjk_words(run: str) -> tuple[str, ...]:
     """A run of Chinese or Japanese as words, by BudouX's phrase model (Google's, shipped
     inside its package): in Japanese a phrase is a word with its particles ("コーヒーを",
     "やめて", "キャンセルしてください": one each), in Chinese about a word, its particles
     apart ("不用了" is "不用", "了"; "我想订" three). Counted a character each, every command of
     three characters or more ("不用了。", "やめて。", "いいえ。") was too long to be a short
-    command."""
+    command. Kept for the runs last read: each final transcript reads the turn's words so far,
+    which hold the earlier finals' runs again."""
     parser = _JAPANESE if _KANA.search(run) else _CHINESE
-    return [phrase for phrase in parser.parse(run) if phrase]
+    return tuple(phrase for phrase in parser.parse(run) if phrase)
 
 
 def last_sentence(text: str) -> str:
     """The last sentence of ``text`` that has words (the recognizer's punctuation decides)."""
-    sentences = [s for s in _SENTENCE_END.split(text.strip()) if words(s)]
-    return sentences[-1].strip() if sentences else ""
+    for sentence in reversed(_SENTENCE_END.split(text.strip())):
+        if _WORD.search(sentence):
+            return sentence.strip()
+    return ""
 
 
 def ends_with_question_mark(sentence: str) -> bool:

@@ -93,7 +93,10 @@ NOT_SPANISH_IMPERATIVE_WORDS = frozenset({"sólo", "éste", "ése", "até"})
 "Até amanhã")."""
 
 _ACUTE = re.compile(r"[áéíóú]")
-_HYPHENED = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)+")
+_HYPHENED = re.compile(r"(?<![^\W\d_])[^\W\d_]++(?:-[^\W\d_]++)+")
+"""Words hyphened together ("rappelle-moi"), looked for from a word's start only, its letters
+never given back: tried at every letter, a run of Chinese read each of its letters to its end
+(2,000 characters took 95 ms)."""
 
 
 def is_request(found: list[str], sentence: str) -> bool:
