@@ -84,6 +84,13 @@ def phrase_audio(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndar
     return _trimmed(phrase, sample_rate, voice)
 
 
+Script = tuple[str, tuple[str, ...], bool]
+"""One utterance to speak: its kind, its phrases (a pause between each two), whether it is a
+complete turn."""
+Scripts = dict[str, tuple[Script, ...]]
+"""Utterances per language (``en``, or an espeak-ng voice's language)."""
+
+
 @cache
 def _trimmed(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndarray:
     samples = np.frombuffer(speech_at(phrase, sample_rate, voice=voice), np.int16)
@@ -91,7 +98,7 @@ def _trimmed(phrase: str, sample_rate: int, voice: str = "piper") -> np.ndarray:
     return samples[loud[0] : loud[-1] + 1] if loud.size else samples
 
 
-_SCRIPTS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+_SCRIPTS: tuple[Script, ...] = (
     ("clauses", ("i would like to book a table", "for two people", "tomorrow at eight"), False),
     ("clauses", ("when you get a moment", "could you check my last order"), False),
     ("hesitation", ("so", "i was wondering", "if you could help me with my bill"), False),
@@ -130,7 +137,7 @@ def utterances(seed: int = 14) -> tuple[Utterance, ...]:
     )
 
 
-_MORE: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_MORE: Scripts = {
     "en": (
         ("command", ("stop",), True),
         ("command", ("cancel it",), True),
@@ -165,7 +172,7 @@ _MORE: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 """Per language: short commands and answers, a finished statement, and a sentence with a pause
 inside it, which must not be answered at the pause."""
 
-_REQUESTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_REQUESTS: Scripts = {
     "en": (
         ("request", ("please cancel my taxi",), True),
         ("request", ("send me the receipt",), True),
@@ -180,7 +187,7 @@ _REQUESTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 and the text model's veto act, and a request cut by a pause after words that ask ("can you tell
 me"). After :data:`_MORE` in the set, so that its utterances keep their pauses."""
 
-_TWO_WORD_STARTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_TWO_WORD_STARTS: Scripts = {
     "en": (("unfinished", ("can you", "check my last order"), False),),
     "de": (("unfinished", ("ich möchte", "einen kaffee bestellen"), False),),
     "fr": (("unfinished", ("je veux", "un café s'il vous plaît"), False),),
@@ -192,7 +199,7 @@ set, so that the utterances before keep their pauses."""
 
 LANGUAGES = ("en", *(language for language in _MORE if language != "en"))
 
-_OTHER_LANGUAGES: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_OTHER_LANGUAGES: Scripts = {
     "it": (
         ("question", ("a che ora apre il negozio",), True),
         ("command", ("basta",), True),
@@ -226,7 +233,7 @@ the extended set's German, French and Spanish, in a set of their own
 (:func:`other_languages`), so the extended set and every figure published on it stay as they
 are."""
 
-_OTHER_HESITATIONS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_OTHER_HESITATIONS: Scripts = {
     "it": (("hesitation", ("allora", "a che ora chiude il negozio"), False),),
     "pt": (("hesitation", ("então", "a que horas fecha a loja"), False),),
     "nl": (("hesitation", ("nou", "hoe laat gaat de winkel dicht"), False),),
@@ -235,7 +242,7 @@ _OTHER_HESITATIONS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
 filler alone must not end the turn. After :data:`_OTHER_LANGUAGES`, so that its utterances keep
 their pauses."""
 
-_OTHER_GREETINGS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_OTHER_GREETINGS: Scripts = {
     "it": (("greeting", ("buongiorno", "a che ora apre la farmacia"), False),),
     "pt": (("greeting", ("bom dia", "a que horas abre a farmácia"), False),),
     "nl": (("greeting", ("goedemorgen", "hoe laat gaat de apotheek open"), False),),
@@ -246,7 +253,7 @@ people greet and go on, so the greeting alone must not end the turn. After
 
 OTHER_LANGUAGES = tuple(_OTHER_LANGUAGES)
 
-_CALLS_FOR_ATTENTION: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_CALLS_FOR_ATTENTION: Scripts = {
     "en": (
         ("attention", ("excuse me", "where is the nearest pharmacy"), False),
         ("attention", ("sorry", "can you say that again"), False),
@@ -283,7 +290,7 @@ so the other sets and every figure published on them stay as they are."""
 
 ATTENTION_LANGUAGES = tuple(_CALLS_FOR_ATTENTION)
 
-_EAST_ASIAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_EAST_ASIAN: Scripts = {
     "zh": (
         ("hesitation", ("那个", "你们几点开门"), False),
         ("unfinished", ("我想要一杯咖啡和", "一块蛋糕"), False),
@@ -310,7 +317,7 @@ Japanese are written without spaces (the rules find their words with BudouX's mo
 
 EAST_ASIAN_LANGUAGES = tuple(_EAST_ASIAN)
 
-_EAST_ASIAN_COMMANDS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_EAST_ASIAN_COMMANDS: Scripts = {
     "zh": (
         ("command", ("不用了",), True),  # "No need."
         ("command", ("停下来",), True),  # "Stop."
@@ -334,7 +341,7 @@ that go on after a pause, which the short-command rule must not answer ("明天�
 
 EAST_ASIAN_COMMAND_LANGUAGES = tuple(_EAST_ASIAN_COMMANDS)
 
-_MORE_SCRIPTS: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+_MORE_SCRIPTS: Scripts = {
     "ru": (
         ("hesitation", ("ну", "во сколько вы открываетесь"), False),
         ("unfinished", ("я хочу кофе и", "кусок торта"), False),
@@ -360,9 +367,7 @@ question ("ну...", "يعني...", "तो..."), a sentence paused on "and", an
 MORE_SCRIPTS_LANGUAGES = tuple(_MORE_SCRIPTS)
 
 
-def _spoken(
-    scripts: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]], rng: random.Random
-) -> tuple[Utterance, ...]:
+def _spoken(scripts: Scripts, rng: random.Random) -> tuple[Utterance, ...]:
     """Each language's scripts as utterances in its voice (espeak-ng's but for English), the
     pauses drawn from 300-900 ms in order."""
     return tuple(
