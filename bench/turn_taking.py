@@ -93,7 +93,8 @@ from tests.fakes.twilio_caller import FRAME_S, SILENCE, TwilioCaller, payloads, 
 from tests.fakes.webrtc_caller import CLIENT_RATE, WebRTCClient
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS_MD = ROOT / "bench" / "results" / "turn_taking.md"
+RESULTS = ROOT / "bench" / "results"
+RESULTS_MD = RESULTS / "turn_taking.md"
 
 
 @dataclass(frozen=True)
@@ -109,32 +110,32 @@ class PlayedSet:
 SETS = {
     "extended": PlayedSet(
         extended,
-        ROOT / "bench" / "results" / "turn_taking_extended.md",
+        RESULTS / "turn_taking_extended.md",
         "Turn-taking on the extended set: languages, short turns, noisy lines (phone calls)",
     ),
     "languages": PlayedSet(
         other_languages,
-        ROOT / "bench" / "results" / "turn_taking_more_languages.md",
+        RESULTS / "turn_taking_more_languages.md",
         "Turn-taking in Italian, Portuguese and Dutch (phone calls)",
     ),
     "attention": PlayedSet(
         calls_for_attention,
-        ROOT / "bench" / "results" / "turn_taking_attention.md",
+        RESULTS / "turn_taking_attention.md",
         "Turn-taking after a call for attention, in seven languages (phone calls)",
     ),
     "east-asian": PlayedSet(
         east_asian,
-        ROOT / "bench" / "results" / "turn_taking_east_asian.md",
+        RESULTS / "turn_taking_east_asian.md",
         "Turn-taking in Chinese, Japanese and Korean (phone calls)",
     ),
     "east-asian-commands": PlayedSet(
         east_asian_commands,
-        ROOT / "bench" / "results" / "turn_taking_east_asian_commands.md",
+        RESULTS / "turn_taking_east_asian_commands.md",
         "Turn-taking on Chinese and Japanese commands (phone calls)",
     ),
     "more-scripts": PlayedSet(
         more_scripts,
-        ROOT / "bench" / "results" / "turn_taking_more_scripts.md",
+        RESULTS / "turn_taking_more_scripts.md",
         "Turn-taking in Russian, Arabic and Hindi (phone calls)",
     ),
 }
