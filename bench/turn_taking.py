@@ -47,11 +47,13 @@ pause. ``--set east-asian`` plays Chinese, Japanese and Korean hesitations, sent
 a conjunction or particle, answers and questions (``tests.fakes.paused_speech.east_asian``);
 ``--set east-asian-commands`` Chinese and Japanese commands of three characters or more and a
 short start that goes on (``east_asian_commands``); ``--set more-scripts`` the same kinds as
-east-asian in Russian, Arabic and Hindi (``more_scripts``).
+east-asian in Russian, Arabic and Hindi (``more_scripts``); ``--set unmarked-questions``
+questions the recognizer wrote without their question mark, and starts that go on, in 13
+languages (``unmarked_questions``).
 
     .venv/bin/python -m bench.turn_taking [--configs NAME;NAME] [--transports phone,webrtc]
         [--runs N] [--set paused|extended|languages|attention|east-asian|east-asian-commands|
-        more-scripts]
+        more-scripts|unmarked-questions]
         [--noise clean,white:20,babble:10@2]
         [--recognizer tiny.en|reference] [--no-write]
 """
@@ -83,6 +85,7 @@ from tests.fakes.paused_speech import (
     extended,
     more_scripts,
     other_languages,
+    unmarked_questions,
     utterances,
 )
 from tests.fakes.realtime_peer import RealtimePeer
@@ -137,6 +140,12 @@ SETS = {
         more_scripts,
         RESULTS / "turn_taking_more_scripts.md",
         "Turn-taking in Russian, Arabic and Hindi (phone calls)",
+    ),
+    "unmarked-questions": PlayedSet(
+        unmarked_questions,
+        RESULTS / "turn_taking_unmarked_questions.md",
+        "Turn-taking on questions written without their question mark, in 13 languages "
+        "(phone calls)",
     ),
 }
 ANSWER_WINDOW_S = 2.0

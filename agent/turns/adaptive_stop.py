@@ -10,7 +10,7 @@ question late (an 800 ms wait). This strategy waits by what it hears:
   it?" as a person still thinking, which the words cannot) and the words, the tie-breaker
   (:mod:`agent.turns.completeness`), agree: with ``text_check="asks"`` (the default) they must
   ask for an answer (a question mark in any script, a one- or two-word command such as
-  "Stop.", an English question or request whose question mark the recognizer dropped); with
+  "Stop.", a question or request whose question mark the recognizer dropped, by its form); with
   ``"unfinished"`` they only must not stop on a word no sentence ends on ("I would like to").
   Without Smart Turn the words alone decide, as with ``"asks"``.
 - With ``text_model`` (on in the default profile: ``bench/results/turn_taking_multilingual.md``),

@@ -10,7 +10,8 @@ words can say are trusted:
 - :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
   article, a filler: "can you tell me the", "ich möchte einen"), in English, German, French,
   Spanish, Italian, Portuguese, Dutch, Korean, Russian, Arabic or Hindi, a Chinese or Japanese
-  conjunction or particle ("咖啡和", "コーヒーを") or hesitation alone ("那个", "あの"), and no
+  conjunction or particle ("咖啡和", "コーヒーを", Japanese か as "or": "コーヒーか") or
+  hesitation alone ("那个", "あの"), Korean "-니까" as "because" ("비가 오니까"), and no
   question mark closes it. Such a turn is not over, whatever the audio says.
 - :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
@@ -20,9 +21,12 @@ words can say are trusted:
   - a short command or answer: the whole turn is one or two words, closed by the recognizer
     ("Stop.", "Cancel it.", "Yes.", "Nein."), not a greeting ("Hello there.": people go on)
     nor a call for attention ("Excuse me.", "Entschuldigung.": :data:`CALLS_FOR_ATTENTION`);
-  - in English, where the recognizer may drop the question mark, the word order of a question
-    ("is the store open today.", "where are you from.": an auxiliary first, or a wh-word then
-    an auxiliary), after any filler ("ok", "um") or call for attention ("sorry, can you...");
+  - where the recognizer dropped the question mark, the question's form, after any filler
+    ("ok", "um") or call for attention ("sorry, can you..."): in English its word order ("is
+    the store open today.", "where are you from.": an auxiliary first, or a wh-word then an
+    auxiliary), in twelve more languages its interrogative, particle or ending
+    (:mod:`agent.turns.question_forms`: "Où est la pharmacie.", "你们明天开门吗。",
+    "내일 문을 엽니까.");
   - a request of three words or more, by its form (:mod:`agent.turns.request_forms`): please or
     an imperative first in English ("turn on the lights in the kitchen"), a word of politeness
     anywhere in seven languages, the imperative's forms in German, Dutch, French, Portuguese
@@ -42,6 +46,7 @@ from functools import lru_cache
 
 import budoux
 
+from agent.turns.question_forms import is_question, japanese_or, korean_because, opens_a_clause
 from agent.turns.request_forms import is_request
 
 AUXILIARIES = frozenset(
@@ -266,10 +271,10 @@ def _trails(found: list[str], sentence: str) -> bool:
     Chinese and Japanese, on a conjunction or particle, or a hesitation alone."""
     if _CJK.search(found[-1]):
         written = "".join(found)
-        return written in CJK_FILLERS or written.endswith(CJK_TRAILING)
+        return written in CJK_FILLERS or written.endswith(CJK_TRAILING) or japanese_or(found[-1])
     if len(found) == 1 and _closed(sentence):
         return found[0] in CONNECTIVES
-    return found[-1] in TRAILING_WORDS
+    return found[-1] in TRAILING_WORDS or korean_because(found[-1])
 
 
 def _attributive(found: list[str]) -> bool:
@@ -323,7 +328,7 @@ def asks_for_answer(text: str) -> bool:
     if not said:
         return False
     found = said
-    question = (
+    question = not opens_a_clause(found) and (
         found[0] in AUXILIARIES
         or found[0] in WH_CONTRACTIONS
         or (found[0] in WH_WORDS and len(found) > 1 and found[1] in AUXILIARIES)
@@ -331,4 +336,7 @@ def asks_for_answer(text: str) -> bool:
     last = found[-1]
     if last in TRAILING_WORDS and not (question and last in PREPOSITIONS):
         return False
-    return len(found) >= 3 and (question or is_request(found, normalized(sentence)))
+    if len(found) < 3:
+        return False
+    written = normalized(sentence)
+    return question or is_question(found, written) or is_request(found, written)

@@ -367,6 +367,90 @@ question ("ну...", "يعني...", "तो..."), a sentence paused on "and", an
 MORE_SCRIPTS_LANGUAGES = tuple(_MORE_SCRIPTS)
 
 
+_UNMARKED_QUESTIONS: Scripts = {
+    "en": (
+        ("unmarked question", ("where is the nearest pharmacy",), True),
+        ("unmarked question", ("do you deliver on sundays",), True),
+        ("unfinished", ("where i live", "the shops close early"), False),
+    ),
+    "de": (
+        ("unmarked question", ("wo ist die nächste apotheke",), True),
+        ("unmarked question", ("ist das der zug nach berlin",), True),
+        ("unfinished", ("was ich sagen wollte", "der termin passt nicht"), False),
+    ),
+    "fr": (
+        ("unmarked question", ("où est la pharmacie la plus proche",), True),
+        ("unmarked question", ("est-ce que vous êtes ouverts demain",), True),
+        ("unfinished", ("quand je suis arrivé", "il n'y avait personne"), False),
+    ),
+    "es": (
+        ("unmarked question", ("dónde está la farmacia más cercana",), True),
+        ("unmarked question", ("tienen mesa para dos esta noche",), True),
+        ("unfinished", ("cuando llegué al hotel", "no había nadie"), False),
+    ),
+    "it": (
+        ("unmarked question", ("dov'è la farmacia più vicina",), True),
+        ("unmarked question", ("quanto costa un biglietto",), True),
+        ("unfinished", ("quando sono arrivato", "non c'era nessuno"), False),
+    ),
+    "pt": (
+        ("unmarked question", ("onde fica a farmácia mais próxima",), True),
+        ("unmarked question", ("quanto custa um bilhete",), True),
+        ("unfinished", ("quando eu cheguei", "não havia ninguém"), False),
+    ),
+    "nl": (
+        ("unmarked question", ("waar is de dichtstbijzijnde apotheek",), True),
+        ("unmarked question", ("hoeveel kost een kaartje",), True),
+        ("unfinished", ("wat ik wilde zeggen", "de afspraak past niet"), False),
+    ),
+    "ru": (
+        ("unmarked question", ("где ближайшая аптека",), True),
+        ("unmarked question", ("можно ли заказать столик",), True),
+        ("unfinished", ("когда я пришёл", "никого не было"), False),
+    ),
+    "ar": (
+        ("unmarked question", ("أين أقرب صيدلية",), True),
+        ("unmarked question", ("هل أنتم مفتوحون غدا",), True),
+        ("unfinished", ("عندما وصلت إلى الفندق", "لم يكن هناك أحد"), False),
+    ),
+    "hi": (
+        ("unmarked question", ("सबसे नज़दीकी दवाखाना कहाँ है",), True),
+        ("unmarked question", ("क्या आप कल खुले हैं",), True),
+        ("unfinished", ("जब मैं होटल पहुँचा", "वहाँ कोई नहीं था"), False),
+    ),
+    "zh": (
+        ("unmarked question", ("最近的药店在哪里",), True),  # "Where is the nearest pharmacy"
+        ("unmarked question", ("你们明天开门吗",), True),  # "Are you open tomorrow"
+        (
+            "unfinished",
+            ("你们有什么", "素食的菜吗"),
+            False,
+        ),  # "Do you have any... vegetarian dishes"
+    ),
+    "ja": (
+        ("unmarked question", ("いちばん ちかい やっきょくは どこですか",), True),
+        ("unmarked question", ("あしたは あいてますか",), True),  # "Are you open tomorrow"
+        ("unfinished", ("ホットの コーヒーか", "こうちゃを ください"), False),  # "Coffee or... tea"
+    ),
+    "ko": (
+        ("unmarked question", ("가장 가까운 약국이 어디예요",), True),
+        ("unmarked question", ("내일 문을 엽니까",), True),  # "Are you open tomorrow"
+        (
+            "unfinished",
+            ("비가 오니까", "우산을 가져가세요"),
+            False,
+        ),  # "As it rains... take an umbrella"
+    ),
+}
+"""Per language: a question by its interrogative and a yes/no question, which the recognizer
+wrote without their question mark (the stand-in closes an "unmarked question" with a full stop),
+and a start that goes on after a pause, opened by a relative or subordinating word ("where I
+live...", "quand je suis arrivé...") or ending on one that looks like a question's ("你们有什么...",
+"コーヒーか...", "비가 오니까..."): the question forms must not answer it at its pause."""
+
+UNMARKED_QUESTION_LANGUAGES = tuple(_UNMARKED_QUESTIONS)
+
+
 def _spoken(scripts: Scripts, rng: random.Random) -> tuple[Utterance, ...]:
     """Each language's scripts as utterances in its voice (espeak-ng's but for English), the
     pauses drawn from 300-900 ms in order."""
@@ -433,3 +517,9 @@ def east_asian_commands(seed: int = 26) -> tuple[Utterance, ...]:
 def more_scripts(seed: int = 25) -> tuple[Utterance, ...]:
     """:data:`_MORE_SCRIPTS`, pauses drawn from 300-900 ms with a fixed seed."""
     return _spoken(_MORE_SCRIPTS, random.Random(seed))
+
+
+@cache
+def unmarked_questions(seed: int = 27) -> tuple[Utterance, ...]:
+    """:data:`_UNMARKED_QUESTIONS`, pauses drawn from 300-900 ms with a fixed seed."""
+    return _spoken(_UNMARKED_QUESTIONS, random.Random(seed))

@@ -27,7 +27,7 @@ from agent.stt.protocol import (
     parse_server_event,
 )
 from tests.fakes.fault_proxy import FaultProxy
-from tests.fakes.paused_speech import extended
+from tests.fakes.paused_speech import extended, unmarked_questions
 from tests.fakes.realtime_peer import Generation, RealtimePeer
 from tests.fakes.reference_words import TIMING_RATE, ReferenceWords
 from tests.fakes.twilio_caller import FRAME_BYTES, TwilioCaller
@@ -206,6 +206,14 @@ def test_reference_words_close_a_question_with_a_question_mark_and_forget_the_la
     words.play(question, began=20.0)
     assert words.transcribe(generation_committed_at(19.0)) == ""
     assert words.transcribe(generation_committed_at(30.0)) == "Qué hora es?"
+
+
+def test_reference_words_close_an_unmarked_question_with_a_full_stop() -> None:
+    """As a recognizer that dropped the mark writes it (``--set unmarked-questions``)."""
+    question = next(u for u in unmarked_questions() if u.language == "es")
+    words = ReferenceWords()
+    words.play(question, began=0.0)
+    assert words.transcribe(generation_committed_at(10.0)) == "Dónde está la farmacia más cercana."
 
 
 # ----------------------------------------------------------------------------- fault proxy

@@ -16,6 +16,7 @@ from tests.fakes.paused_speech import (
     LANGUAGES,
     MORE_SCRIPTS_LANGUAGES,
     OTHER_LANGUAGES,
+    UNMARKED_QUESTION_LANGUAGES,
     Utterance,
     calls_for_attention,
     east_asian,
@@ -23,6 +24,7 @@ from tests.fakes.paused_speech import (
     extended,
     more_scripts,
     other_languages,
+    unmarked_questions,
     utterances,
 )
 
@@ -135,3 +137,14 @@ def test_chinese_and_japanese_commands_come_with_a_short_start_that_goes_on() ->
         assert all(len(u.phrases[0]) >= 3 for u in commands), "three characters or more"
         paused = [u for u in mine if not u.complete_question]
         assert len(paused) == 3 and all(0.3 <= u.pauses_s[0] <= 0.9 for u in paused)
+
+
+def test_unmarked_questions_come_with_a_start_that_goes_on_in_each_language() -> None:
+    assert unmarked_questions() == unmarked_questions(27)
+    assert len(UNMARKED_QUESTION_LANGUAGES) == 13
+    for language in UNMARKED_QUESTION_LANGUAGES:
+        mine = [u for u in unmarked_questions() if u.language == language]
+        questions = [u for u in mine if u.kind == "unmarked question"]
+        assert len(questions) == 2 and all(u.complete_question for u in questions)
+        (paused,) = [u for u in mine if not u.complete_question]
+        assert 0.3 <= paused.pauses_s[0] <= 0.9

@@ -78,18 +78,21 @@ def test_statements_and_what_needs_a_word_list_are_not(sentence: str) -> None:
 
 LETTERS_AND_MARKS = (
     "abcdefghijklmnopqrstuvwxyzáéíóúüçœßÄ今的了のてカー?.,;!-' \t…¿¡«»\uff1f\u3002\u2019\u037e"
-    "तको\u0301\u0964"
+    "तको\u0301\u0964吗까니요か"
 )
 """What a recognizer may write: letters with and without accents, Chinese and Japanese (which
 BudouX's model splits into words), hyphens, apostrophes, any script's marks (full-width and
 Greek question marks, the CJK and Devanagari full stops among them), combining marks (a
-Devanagari vowel sign, an acute accent NFC may not compose)."""
+Devanagari vowel sign, an acute accent NFC may not compose), and the endings of questions and
+clauses in Chinese, Korean and Japanese."""
 
 FORM_WORDS = (
     "please bitte por favor s'il vous plaît rufen Sie belt u rappelez moi rappelle-moi "
-    "llámame can you the and I need apples um"
+    "llámame can you the and I need apples um wo was ich est-ce que ли dónde क्या 吗 ですか "
+    "엽니까 오니까 어디예요"
 ).split()
-"""Words the forms and the rest of the rule read, so that generated text holds requests."""
+"""Words the forms and the rest of the rule read, so that generated text holds requests and
+questions by their form."""
 
 RECOGNIZER_TEXT = st.one_of(
     st.text(alphabet=st.sampled_from(LETTERS_AND_MARKS), max_size=60),

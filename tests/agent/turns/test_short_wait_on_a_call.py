@@ -1,6 +1,7 @@
 """Complete turns that are not English questions end on the short wait, on a real phone call:
 a German question and request, a question on a noisy line, a two-word command and a French
-"Oui." shorter than Pipecat's VAD start, and Chinese and Japanese commands of three characters.
+"Oui." shorter than Pipecat's VAD start, Chinese and Japanese commands of three characters, and
+questions the recognizer wrote without their question mark.
 
 Each goes through a real Twilio call to the real server with its defaults (the adaptive end of
 turn with Smart Turn v3 on the call's audio); the strategy says in the log which wait ended
@@ -156,6 +157,34 @@ async def test_a_chinese_or_japanese_command_of_three_characters_is_answered_on_
     English voice, letter by letter: only its start is awaited."""
     voxtral = RealtimePeer(model="voxtral-test", transcript=f"{words}。")
     speech = phrase_audio(words, 8000, voice).tobytes()
+    async with voxtral:
+        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
+            caller, ended = await call(url, app, call_sid, speech)
+    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+
+
+@pytest.mark.parametrize(
+    ("words", "spoken", "voice", "call_sid"),
+    [
+        pytest.param(
+            "Où est la pharmacie la plus proche.",
+            "où est la pharmacie la plus proche",
+            "espeak:fr",
+            "CAFROU",
+            id="french: where is",
+        ),
+        pytest.param("你们明天开门吗。", "你们明天开门吗", "espeak:zh", "CAZHMA", id="chinese: 吗"),
+    ],
+)
+async def test_a_question_written_without_its_question_mark_is_answered_on_the_short_wait(
+    redacted_log: list[str], words: str, spoken: str, voice: str, call_sid: str
+) -> None:
+    """The recognizer closed the question with a full stop. Before the words read a question
+    by its form in other languages than English (:mod:`agent.turns.question_forms`), it asked
+    for nothing and waited for the upper bound (the text model's wait in the default profile:
+    ``bench/results/turn_taking_unmarked_questions.md``)."""
+    voxtral = RealtimePeer(model="voxtral-test", transcript=words)
+    speech = phrase_audio(spoken, 8000, voice).tobytes()
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
             caller, ended = await call(url, app, call_sid, speech)
