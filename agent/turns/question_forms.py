@@ -97,34 +97,19 @@ CHINESE_NOT_ASKING = ("没什么", "什么都", "谁都", "哪儿都", "哪里�
 ("没什么", "It's nothing"; "什么都可以", "Anything is fine")."""
 
 CHINESE_PARTICLES = ("吗", "呢")
-JAPANESE_ENDINGS = (
-    "ですか",
-    "ますか",
-    "ませんか",
-    "ましたか",
-    "でしたか",
-    "でしょうか",
-    "のですか",
-    "んですか",
+JAPANESE_ENDINGS = tuple(
+    "ですか ますか ませんか ましたか でしたか でしょうか のですか んですか".split()
 )
-KOREAN = (
-    "뭐",
-    "무엇",
-    "무슨",
-    "어디",
-    "언제",
-    "누구",
-    "누가",
-    "왜",
-    "어떻게",
-    "몇",
-    "얼마",
-    "어느",
-)
+KOREAN = tuple("뭐 무엇 무슨 어디 언제 누구 누가 왜 어떻게 몇 얼마 어느".split())
 KOREAN_NOT_ASKING = ("왜냐", "언제나", "누구나", "어디나", "뭐든", "무엇이든", "얼마나")
 """Korean interrogatives, which take their endings ("어디예요", "Where is it"), read only in a
 sentence that ends as a polite one ("-요"); not in the words where they ask nothing ("언제나",
 "always"; "왜냐하면", "because")."""
+
+FIRST_WORDS = (
+    SPANISH | FRENCH | ITALIAN | PORTUGUESE | RUSSIAN | ARABIC | GERMANIC | GERMANIC_VERBS_FIRST
+) | {"क्या"}
+"""Words that make a question when they open the sentence."""
 
 _A_NOT_A = re.compile(r"(\w)[不没]\1")
 _HANGUL_BASE = 0xAC00
@@ -136,22 +121,16 @@ _FINAL_B = 17
 def is_question(found: list[str], sentence: str) -> bool:
     """Whether ``found``, the words of the last sentence (lower-cased, after any openers),
     make a question by their form; ``sentence`` is that sentence as written, normalized."""
-    if not found:
+    if not found or opens_a_clause(found):
         return False
-    first = found[0]
-    if opens_a_clause(found):
-        return False
-    if first in SPANISH or first in FRENCH or first in ITALIAN or first in PORTUGUESE:
-        return True
-    if first in RUSSIAN or first in ARABIC or first in GERMANIC or first in GERMANIC_VERBS_FIRST:
-        return True
-    if first == "क्या" or any(word in HINDI for word in found):
-        return True
-    if "¿" in sentence or any(tuple(found[: len(p)]) == p for p in OPENING_PHRASES):
-        return True
-    if len(found) > 2 and found[1] == "ли":
-        return True
-    return _asks_in_east_asian_form(found, sentence)
+    return (
+        found[0] in FIRST_WORDS
+        or any(word in HINDI for word in found)
+        or "¿" in sentence
+        or any(tuple(found[: len(phrase)]) == phrase for phrase in OPENING_PHRASES)
+        or (len(found) > 2 and found[1] == "ли")
+        or _asks_in_east_asian_form(found, sentence)
+    )
 
 
 def opens_a_clause(found: list[str]) -> bool:
