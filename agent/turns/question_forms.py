@@ -10,7 +10,7 @@ question by its English word order; "最近的药店在哪里。", "Où est la p
 1.3 s bound. Only forms that make a question whatever the sentence's other words:
 
 - a question's closing particle (Chinese 吗, 呢; Japanese polite か: "ですか", "ますか"; Korean
-  "-ㅂ니까", "-ㄹ까요", "-나요", "-ㄴ가요"), or a Chinese A-not-A ("有没有", "是不是");
+  "-ㅂ니까", "-까요", "-나요", "-ㄴ가요"), or a Chinese A-not-A ("有没有", "是不是");
 - an interrogative word where the language's questions put it and its relative or subordinate
   words differ in form: first in Spanish with its written accent ("dónde", not "donde"), in
   French, Italian, Portuguese and Russian only the words no subordinate clause opens with (not
@@ -19,7 +19,8 @@ question by its English word order; "最近的药店在哪里。", "Où est la p
   first, in Hindi, Chinese and Korean anywhere (their interrogatives stay in place; Hindi's
   relatives are other words: "जब", not "कब");
 - a yes/no marker: Arabic "هل" and Hindi "क्या" first, Russian "ли" second, French "est-ce
-  que", a German or Dutch auxiliary or modal first ("Können Sie...", "Kunt u...").
+  que", a German or Dutch auxiliary or modal first ("Können Sie...", "Kunt u..."), Spanish's
+  opening "¿" anywhere (the recognizer heard the question start).
 
 Japanese and Korean interrogatives are not read alone: "どこ" and "어디" also mean "somewhere".
 A yes/no question with a statement's word order ("Tienen mesa para dos.", "Vous êtes ouverts
@@ -44,7 +45,6 @@ RUSSIAN = frozenset("где куда откуда почему зачем ско
 
 OPENING_PHRASES = (
     ("est", "ce", "que"),
-    ("est", "ce", "qu"),
     ("qu'est", "ce"),
     ("a", "che", "ora"),
     ("che", "cosa"),
@@ -52,7 +52,8 @@ OPENING_PHRASES = (
     ("por", "que"),
     ("во", "сколько"),
 )
-"""Questions that open with a phrase: French "est-ce que", Italian "a che ora", Portuguese "a
+"""Questions that open with a phrase: French "est-ce que" (and "est-ce qu'il", whose "qu'il" is one
+word), Italian "a che ora", Portuguese "a
 que horas", "por que", Russian "во сколько" (not Portuguese "o que": "O que eu queria dizer..."
 goes on)."""
 
@@ -128,6 +129,7 @@ def is_question(found: list[str], sentence: str) -> bool:
         or any(word in HINDI for word in found)
         or "¿" in sentence
         or any(tuple(found[: len(phrase)]) == phrase for phrase in OPENING_PHRASES)
+        or (found[:2] == ["est", "ce"] and found[2:3] != [] and found[2].startswith("qu'"))
         or (len(found) > 2 and found[1] == "ли")
         or _asks_in_east_asian_form(found, sentence)
     )

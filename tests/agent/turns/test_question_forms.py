@@ -16,6 +16,7 @@ UNMARKED_QUESTIONS = [
     "Ist das der Zug nach Berlin.",
     "Où est la pharmacie la plus proche.",
     "Est-ce que vous êtes ouverts demain.",
+    "Est-ce qu'il reste des places.",  # "qu'il" is one word
     "Dónde está la farmacia más cercana.",
     "¿Tienen mesa para dos esta noche.",  # the opening mark alone says it
     "Dov'è la farmacia più vicina.",
