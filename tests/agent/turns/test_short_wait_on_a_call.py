@@ -65,12 +65,8 @@ async def test_a_german_complete_turn_is_answered_on_the_short_wait(
     English word in it: before the words knew requests in other languages
     (:mod:`agent.turns.request_forms`), it asked for nothing to them and waited for the bound
     (for the text model's middle wait in the default profile)."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript=words)
     speech = phrase_audio(spoken, 8000, "espeak:de").tobytes()
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, call_sid, speech)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+    await answered_on_the_short_wait(words, speech, call_sid, redacted_log)
 
 
 async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
@@ -81,13 +77,11 @@ async def test_a_question_on_a_noisy_line_is_answered_on_the_short_wait(
     as "and you call me Matt the Mario"), so this is the audio's part: the VAD stops in the
     noise, Smart Turn hears the end of a question through it, and the noise between words is
     this line's quiet."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Where are you from?")
     speech = phrase_audio("where are you from", 8000, "espeak").tobytes()
     before, speech, after = line(speech, 8000, "white", 10, before_s=1.0, after_s=10.0)
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CANOISYLINE", speech, before=before, after=after)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+    await answered_on_the_short_wait(
+        "Where are you from?", speech, "CANOISYLINE", redacted_log, before=before, after=after
+    )
 
 
 async def test_a_question_with_people_talking_behind_the_caller_is_answered(
@@ -118,12 +112,8 @@ async def test_cancel_it_is_answered_on_the_short_wait(redacted_log: list[str]) 
     words now. Smart Turn calls espeak-ng's "cancel it" complete under any noise it was tried
     with (0.83-0.98; on "Stop." it is not stable: ``test_model_wait_on_a_call.py``). Its words
     come from the Voxtral stand-in: tiny.en writes "Can't sleep."."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Cancel it.")
     speech = phrase_audio("cancel it", 8000, "espeak").tobytes()
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CACANCELIT", speech)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+    await answered_on_the_short_wait("Cancel it.", speech, "CACANCELIT", redacted_log)
 
 
 async def test_a_french_oui_is_answered_on_the_short_wait(redacted_log: list[str]) -> None:
@@ -133,11 +123,7 @@ async def test_a_french_oui_is_answered_on_the_short_wait(redacted_log: list[str
     call's phase against the frames; this call's phase it did hear, so the spec that fails on
     that code is ``test_shared_silero.py``'s, at every phase)."""
     oui = phrase_audio("oui", 8000, "espeak:fr").tobytes()  # the extended set's: 0.27 s
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Oui.")
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CAFRENCHOUI", oui)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+    await answered_on_the_short_wait("Oui.", oui, "CAFRENCHOUI", redacted_log)
 
 
 @pytest.mark.parametrize(
@@ -155,12 +141,8 @@ async def test_a_chinese_or_japanese_command_of_three_characters_is_answered_on_
     finds one word in "やめて" and two in "不用了"
     (``bench/results/turn_taking_east_asian_commands.md``). The answer is read by the tests'
     English voice, letter by letter: only its start is awaited."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript=f"{words}。")
     speech = phrase_audio(words, 8000, voice).tobytes()
-    async with voxtral:
-        with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, call_sid, speech)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+    await answered_on_the_short_wait(f"{words}。", speech, call_sid, redacted_log)
 
 
 async def test_a_question_written_without_its_question_mark_is_answered_on_the_short_wait(
@@ -172,12 +154,28 @@ async def test_a_question_written_without_its_question_mark_is_answered_on_the_s
     (the text model's wait in the default profile:
     ``bench/results/turn_taking_unmarked_questions.md``); so did "你们明天开门吗。" (one call here
     keeps the suite's time: the forms of every language are ``test_question_forms.py``'s)."""
-    voxtral = RealtimePeer(model="voxtral-test", transcript="Où est la pharmacie la plus proche.")
     speech = phrase_audio("où est la pharmacie la plus proche", 8000, "espeak:fr").tobytes()
+    await answered_on_the_short_wait(
+        "Où est la pharmacie la plus proche.", speech, "CAFROU", redacted_log
+    )
+
+
+async def answered_on_the_short_wait(
+    words: str,
+    speech: bytes,
+    call_sid: str,
+    log: list[str],
+    *,
+    before: bytes | None = None,
+    after: bytes | None = None,
+) -> None:
+    """One call to the real server: the caller says ``speech``, the Voxtral stand-in writes
+    ``words`` for it, and the turn must end on the short wait."""
+    voxtral = RealtimePeer(model="voxtral-test", transcript=words)
     async with voxtral:
         with phone_server(voxtral.url, "voxtral-test", max_calls=2) as (url, app):
-            caller, ended = await call(url, app, "CAFROU", speech)
-    assert_answered_on_the_short_wait(caller, ended, redacted_log)
+            caller, ended = await call(url, app, call_sid, speech, before=before, after=after)
+    assert_answered_on_the_short_wait(caller, ended, log)
 
 
 def assert_answered_on_the_short_wait(caller: TwilioCaller, ended: float, log: list[str]) -> None:
