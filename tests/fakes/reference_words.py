@@ -19,7 +19,9 @@ How it writes, and why:
   (a word or so either way; the last word of a phrase ends exactly with its audio).
 - Each generation's words are closed the way a recognizer closes a fragment heard before
   silence: with a full stop, and with a question mark only after the last word of a question.
-  A fragment at a pause ("Book a table.") thus looks finished, as tiny.en writes it too.
+  A fragment at a pause ("Book a table.") thus looks finished, as tiny.en writes it too. An
+  "unmarked question" (``--set unmarked-questions``) gets a full stop too: a recognizer that
+  dropped its mark.
 - The final comes ``final_delay_s`` after the final commit
   (:attr:`~tests.fakes.realtime_peer.RealtimePeer.final_delay_s`): Voxtral's text lags its
   audio by its transcription delay (480 ms by default), and the STT's final commit comes at the
