@@ -43,19 +43,14 @@ RUSSIAN = frozenset("где куда откуда почему зачем ско
 """Interrogatives that open a question and no subordinate clause (not "quand", "quando",
 "como", "когда", "что", "как": "Quando sono arrivato..." goes on)."""
 
-OPENING_PHRASES = (
-    ("est", "ce", "que"),
-    ("qu'est", "ce"),
-    ("a", "che", "ora"),
-    ("che", "cosa"),
-    ("a", "que", "horas"),
-    ("por", "que"),
-    ("во", "сколько"),
+OPENING_PHRASES = re.compile(
+    r"(?:est ce (?:que\b|qu')|qu'est ce\b|a che ora\b|che cosa\b|a que horas\b|por que\b"
+    r"|во сколько\b)"
 )
-"""Questions that open with a phrase: French "est-ce que" (and "est-ce qu'il", whose "qu'il" is one
-word), Italian "a che ora", Portuguese "a
-que horas", "por que", Russian "во сколько" (not Portuguese "o que": "O que eu queria dizer..."
-goes on)."""
+"""Questions that open with a phrase, matched on the words joined by spaces: French "est-ce
+que" (and "est-ce qu'il", whose "qu'il" is one word), "qu'est-ce", Italian "a che ora", "che
+cosa", Portuguese "a que horas", "por que", Russian "во сколько" (not Portuguese "o que": "O
+que eu queria dizer..." goes on)."""
 
 GERMANIC = frozenset(
     # German
@@ -114,6 +109,7 @@ FIRST_WORDS = (
 
 _A_NOT_A = re.compile(r"(\w)[不没]\1")
 _HANGUL_BASE = 0xAC00
+_HANGUL_LAST = 0xD7A3
 _FINAL_N = 4
 _FINAL_B = 17
 """A Hangul syllable's final consonant index of ㄴ (인가요) and ㅂ (습, 입, 합: "-ㅂ니까" asks)."""
@@ -128,8 +124,7 @@ def is_question(found: list[str], sentence: str) -> bool:
         found[0] in FIRST_WORDS
         or any(word in HINDI for word in found)
         or "¿" in sentence
-        or any(tuple(found[: len(phrase)]) == phrase for phrase in OPENING_PHRASES)
-        or (found[:2] == ["est", "ce"] and found[2:3] != [] and found[2].startswith("qu'"))
+        or bool(OPENING_PHRASES.match(" ".join(found)))
         or (len(found) > 2 and found[1] == "ли")
         or _asks_in_east_asian_form(found, sentence)
     )
@@ -181,7 +176,8 @@ def japanese_or(word: str) -> bool:
 
 
 def _final_consonant(syllable: str) -> int:
-    """The index of a Hangul syllable's final consonant (0: none, 4: ㄴ, 17: ㅂ); -1 if none."""
-    if len(syllable) != 1 or not 0xAC00 <= ord(syllable) <= 0xD7A3:
+    """The index of a Hangul syllable's final consonant (0: none, 4: ㄴ, 17: ㅂ); -1 for
+    anything that is not one syllable."""
+    if len(syllable) != 1 or not _HANGUL_BASE <= ord(syllable) <= _HANGUL_LAST:
         return -1
     return (ord(syllable) - _HANGUL_BASE) % 28
