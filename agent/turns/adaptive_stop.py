@@ -123,6 +123,7 @@ from pipecat.turns.user_stop import BaseUserTurnStopStrategy
 
 from agent.stt.frames import SpeechSegmentTranscribedFrame
 from agent.turns.completeness import (
+    a_clause_alone,
     asks_for_answer,
     ends_unfinished,
     ends_with_question_mark,
@@ -315,6 +316,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         self._turns_ended = 0  # an answer is for the turn (and the words) it was asked on
         self._text = ""
         self._interim = ""  # the latest segment's words so far, before its final transcript
+        self._latest = ""  # the words of the turn's latest final transcript: since a pause
         self._final = False  # the last words came in a final transcript
         self._words_at: float | None = None  # wall clock: when words last came
         self._speaking = False
@@ -359,14 +361,14 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             await self._text_model.close()
 
     async def handle_user_turn_started(self) -> None:
-        self._text = ""
+        self._text = self._latest = ""
         self._final = False
         self._words_at = None
         # Sounds that opened no turn (a cough over the bot's answer) are not this turn's.
         self._segments = TurnSegments()
 
     async def handle_user_turn_stopped(self) -> None:
-        self._text = ""
+        self._text = self._latest = ""
         self._final = False
         self._words_at = self._speech_ended_at = None
         self._quiet.stop_counting()
@@ -417,6 +419,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._interim = ""
             if frame.text.strip():
                 self._text = f"{self._text} {frame.text}".strip()
+                self._latest = frame.text
                 self._final = frame.finalized
                 self._words_at = time.time()
                 if self._verdict_still_needed():
@@ -448,7 +451,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             return True
         heard = f"{self._text} {self._interim}".strip()
         # An interim is never closed by punctuation: would it read as complete once it is?
-        return self._words_could_end_short(heard) or self._words_could_end_short(f"{heard}.")
+        return self._words_could_end_short(heard, self._interim) or self._words_could_end_short(
+            f"{heard}.", f"{self._interim}."
+        )
 
     def _verdict_still_needed(self) -> bool:
         """A final transcript made the pause a question, and Smart Turn has not been asked."""
@@ -459,21 +464,23 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             and self._speech_ended_at is not None
             and self._verdict is None
             and not self._verdict_due
-            and self._words_could_end_short(self._text)
+            and self._words_could_end_short(self._text, self._latest)
         )
 
-    def _words_could_end_short(self, text: str) -> bool:
-        """Whether a turn with these words may end on the short wait if Smart Turn agrees: the
-        words allow it (``text_check``), or the text model may (not on an unfinished word)."""
+    def _words_could_end_short(self, text: str, latest: str) -> bool:
+        """Whether a turn with these words (``latest``: those since the last pause) may end on
+        the short wait if Smart Turn agrees: the words allow it (``text_check``), or the text
+        model may (:meth:`_model_may_read_finished`)."""
         if self._words_allow_short_wait(text):
             return True
-        return self._text_model is not None and self._model_may_read_finished(text)
+        return self._text_model is not None and self._model_may_read_finished(text, latest)
 
-    def _model_may_read_finished(self, text: str) -> bool:
+    def _model_may_read_finished(self, text: str, latest: str) -> bool:
         """Whether the model's p(end) could make these words a finished turn: statements end
-        on its wait at all (``text_end_p`` up to 1), and the words do not stop on a word no
-        sentence ends on."""
-        return self._text_end_p <= 1 and not ends_unfinished(text)
+        on its wait at all (``text_end_p`` up to 1), the words do not stop on a word no
+        sentence ends on, and those since the last pause (``latest``) are not a subordinate
+        clause alone ("When I got there.": its main clause is still to come)."""
+        return self._text_end_p <= 1 and not ends_unfinished(text) and not a_clause_alone(latest)
 
     async def _ask_analyzer_after_quiet(self, heard_s: float) -> None:
         """Ask Smart Turn now if it has heard :data:`SMART_TURN_QUIET_S` after the words
@@ -573,6 +580,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._p_end is not None
             and self._p_end >= self._text_end_p
             and not ends_unfinished(self._text)
+            and not a_clause_alone(self._latest)
         )
 
     def _wait_s(self, ending: Ending) -> float:
@@ -590,7 +598,9 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             # Smart Turn heard this pause as unfinished: the model can change that only for
             # words that ask (``words_over_audio``) or, with ``model_over_audio``, for others
             if not asks_for_answer(self._text):
-                return self._model_over_audio and self._model_may_read_finished(self._text)
+                return self._model_over_audio and self._model_may_read_finished(
+                    self._text, self._latest
+                )
             return self._words_over_audio and not beyond_the_veto(self._text, self._veto_min_words)
         if self._complete_wait_s >= self._unfinished_wait_s:
             return False
@@ -598,7 +608,7 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             if self._veto_below(self._text) > 0:
                 return True
             return self._words_over_audio and not beyond_the_veto(self._text, self._veto_min_words)
-        return self._model_may_read_finished(self._text)
+        return self._model_may_read_finished(self._text, self._latest)
 
     async def _ask_text_model(self) -> None:
         """Ask the model about the turn's words so far (a final transcript just came), off the

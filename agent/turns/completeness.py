@@ -46,15 +46,15 @@ from functools import lru_cache
 
 import budoux
 
-from agent.turns.question_forms import is_question, japanese_or, korean_because, opens_a_clause
-from agent.turns.request_forms import is_request
-
-AUXILIARIES = frozenset(
-    "is are was were am do does did can could will would shall should may might must "
-    "have has had isn't aren't wasn't weren't don't doesn't didn't can't couldn't won't "
-    "wouldn't shouldn't haven't hasn't".split()
+from agent.turns.question_forms import (
+    AUXILIARIES,
+    is_question,
+    japanese_or,
+    korean_because,
+    opens_a_clause,
 )
-"""Words that open a yes/no question when they come first."""
+from agent.turns.request_forms import is_request
+from agent.turns.subordinate_clauses import only_a_subordinate_clause
 
 WH_WORDS = frozenset("what where when who whom whose which why how".split())
 """Words that open a wh-question when an auxiliary follows ("where are you from")."""
@@ -305,6 +305,18 @@ def ends_unfinished(text: str) -> bool:
     if not found:
         return True
     return not ends_with_question_mark(sentence) and _trails(found, sentence)
+
+
+def a_clause_alone(latest: str) -> bool:
+    """Whether ``latest``, the words the caller said since their last pause (one VAD
+    segment's), end in a subordinate clause whose main clause is still to come ("When I got
+    there.": :mod:`agent.turns.subordinate_clauses`), with no question mark to say otherwise.
+    Read on those words alone, not the turn's: a recognizer that leaves the clause unclosed
+    before the pause makes one sentence of it and the main clause that came after it."""
+    sentence = last_sentence(latest)
+    return not ends_with_question_mark(sentence) and only_a_subordinate_clause(
+        _after_openers(words(sentence)), normalized(sentence)
+    )
 
 
 def asks_for_answer(text: str) -> bool:

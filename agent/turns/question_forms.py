@@ -31,6 +31,13 @@ from __future__ import annotations
 
 import re
 
+AUXILIARIES = frozenset(
+    "is are was were am do does did can could will would shall should may might must "
+    "have has had isn't aren't wasn't weren't don't doesn't didn't can't couldn't won't "
+    "wouldn't shouldn't haven't hasn't".split()
+)
+"""Words that open a yes/no question when they come first."""
+
 SPANISH = frozenset(
     "qué dónde adónde cuándo cómo quién quiénes cuál cuáles cuánto cuánta cuántos cuántas".split()
 )

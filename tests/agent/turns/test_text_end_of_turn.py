@@ -460,6 +460,12 @@ MODELS_WAIT_S = 0.5
             "waited",
             id="it stops on a preposition: the bound",
         ),
+        pytest.param(
+            EndOfTurnState.COMPLETE,
+            "Quand je suis arrivé.",
+            "waited",
+            id="a subordinate clause alone: the bound",
+        ),
     ],
 )
 async def test_a_turn_the_models_call_finished_ends_after_the_models_wait(
@@ -559,6 +565,39 @@ async def test_what_ends_a_turn_smart_turn_hears_unfinished_on_the_models_wait(
     await turn.until_ended(within_s=bound_s + 0.5)
     waited = {"finished": MODELS_WAIT_S, "waited": bound_s}[ending]
     assert waited - 0.02 < turn.after_speech() < waited + 0.25
+
+
+@pytest.mark.parametrize(
+    ("clause", "main_clause"),
+    [
+        pytest.param("When I got there.", "The door was locked.", id="closed by the recognizer"),
+        pytest.param("When I got there", "the door was locked.", id="left open by the recognizer"),
+    ],
+)
+async def test_a_clause_then_its_main_clause_after_a_pause_ends_on_the_models_wait(
+    make: Any, recording: tuple[str, list[dict[str, Any]]], clause: str, main_clause: str
+) -> None:
+    """The clause alone waits for the bound at its pause; the main clause after it ends the
+    turn on the model's wait, also where the recognizer wrote both as one sentence ("When I
+    got there the door was locked."): the clause is read on the words since the last pause,
+    not the turn's."""
+    url, _ = recording
+    bound_s = WAIT_S + 0.6
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        unfinished_wait_s=bound_s,
+        text_model=TextEndOfTurn(url, "m", timeout_s=1.0),
+        text_end_p=0.5,
+        text_end_wait_s=MODELS_WAIT_S,
+    )
+    await turn.speak()
+    await turn.pause(clause)
+    await asyncio.sleep(MODELS_WAIT_S + 0.15)
+    assert not turn.ended, "the turn ended on the model's wait after a clause alone"
+    await turn.speak()
+    await turn.pause(main_clause)
+    await turn.until_ended(within_s=bound_s + 0.5)
+    assert MODELS_WAIT_S - 0.02 < turn.after_speech() < MODELS_WAIT_S + 0.25
 
 
 async def test_speech_within_the_models_wait_keeps_the_turn_open(
