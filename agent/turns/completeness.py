@@ -4,7 +4,7 @@ Turn's audio verdict (:mod:`agent.turns.adaptive_stop`), never the decision on i
 
 People pause 300-900 ms inside sentences, and a recognizer (Whisper tiny.en offline) ends
 every fragment it hears with a full stop: "I would like to book a table." is a whole sentence
-to it even when "for two people" follows. A full stop is therefore no evidence. Two things the
+to it even when "for two people" follows. A full stop is therefore no evidence. Three things the
 words can say are trusted:
 
 - :func:`ends_unfinished`: the last word is one a sentence does not end on (a conjunction, an
@@ -13,6 +13,9 @@ words can say are trusted:
   conjunction or particle ("咖啡和", "コーヒーを", Japanese か as "or": "コーヒーか") or
   hesitation alone ("那个", "あの"), Korean "-니까" as "because" ("비가 오니까"), and no
   question mark closes it. Such a turn is not over, whatever the audio says.
+- :func:`a_clause_alone`: the words since the caller's last pause end in a subordinate clause
+  whose main clause has not begun ("When I got there.", "Quand je suis arrivé.":
+  :mod:`agent.turns.subordinate_clauses`). Such a turn does not end on the text model's wait.
 - :func:`asks_for_answer`: the turn asks for an answer, as it is written in any language:
 
   - a question mark from the recognizer, in any script (``?``, full-width ``？``, Arabic
