@@ -439,8 +439,9 @@ class TurnSettings(_Section):
         default=0.35,
         gt=0,
         le=1,
-        description="text_model: the longest the model is waited for (the server answers one "
-        "request at a time); past it the turn is decided without it.",
+        description="text_model: the longest the model is waited for where the turn could end "
+        "on the short wait (the server answers one request at a time); past it the turn is "
+        "decided without it. Words that cannot end on the short wait wait for it until the bound.",
     )
     complete_wait_s: float = Field(
         default=0.0, ge=0, le=3, description="'adaptive': quiet before a complete question ends."

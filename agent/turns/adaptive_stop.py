@@ -624,6 +624,19 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
             self._read_text_model(self._text, self._turns_ended), f"{self}::_read_text_model"
         )
 
+    def _answer_worth_waiting_s(self) -> float | None:
+        """How long the model's answer on the turn's words is worth waiting for, where that is
+        longer than the client's own limit (``TextEndOfTurn.timeout_s``, 0.35 s by default).
+        Words that may end on the short wait need the answer before it: the client's limit
+        (``None``). For words that may not, the answer decides between the model's wait and
+        the bound, so it is worth waiting for until the bound, where the turn ends without it:
+        a slow answer (Chinese, Japanese or Korean words, many tokens each to SmolLM2, read on
+        one thread: 120-245 ms on average in the benches, some past 0.35 s) then ends the turn
+        when it comes, not at the bound."""
+        if self._speech_ended_at is None or self._words_allow_short_wait(self._text):
+            return None
+        return self._speech_ended_at + self._unfinished_wait_s - time.time()
+
     def _prime_text_model(self) -> None:
         """The user began to speak: have the model read the conversation so far in the
         meantime, so that its question at the turn's end reads only the words
@@ -639,7 +652,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
     async def _read_text_model(self, text: str, turn: int) -> None:
         assert self._text_model is not None
         conversation = self._context() if self._context is not None else ()
-        p = await self._text_model.probability(text, conversation)  # None: timeout or error
+        limit_s = self._answer_worth_waiting_s()
+        p = await self._text_model.probability(text, conversation, limit_s)  # None: no answer
         self._p_task = None
         if turn != self._turns_ended or text != self._text:
             return  # the turn ended, or more words came, while the model read these

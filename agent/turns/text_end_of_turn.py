@@ -195,10 +195,13 @@ class TextEndOfTurn:
             await self._http.aclose()
             self._http = None
 
-    async def probability(self, user_text: str, conversation: Conversation = ()) -> float | None:
+    async def probability(
+        self, user_text: str, conversation: Conversation = (), timeout_s: float | None = None
+    ) -> float | None:
         """p(the user's sentence ends after ``user_text``, the conversation so far before it),
         or ``None`` when the server did not answer in time or answered something else (logged;
-        counted in :data:`STATS`)."""
+        counted in :data:`STATS`). ``timeout_s``: this question's limit, where its answer is
+        worth waiting for longer than the client's ``timeout_s`` (never shorter)."""
         spoken = as_spoken(user_text)
         if not spoken:
             return None
@@ -207,10 +210,11 @@ class TextEndOfTurn:
             STATS.rested += 1
             logger.debug("text end of turn: not asked (its last answers came too late)")
             return None
+        limit_s = max(self.timeout_s, timeout_s or 0.0)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                p = await self._ask(chatml_prompt(spoken, conversation))
+            async with asyncio.timeout(limit_s):
+                p = await self._ask(chatml_prompt(spoken, conversation), limit_s)
         except TimeoutError:
             STATS.timed_out += 1
             self._late += 1
@@ -218,7 +222,7 @@ class TextEndOfTurn:
             if self._late >= self._late_in_a_row and self._rest_for:
                 self._late, self._resting = 0, self._rest_for
                 rest = f"; not asked for the next {self._rest_for} turns that need it"
-            logger.warning(f"text end of turn: no answer in {self.timeout_s:.2f} s; not used{rest}")
+            logger.warning(f"text end of turn: no answer in {limit_s:.2f} s; not used{rest}")
             return None
         except _FAILURES as error:
             STATS.failed += 1
@@ -246,13 +250,13 @@ class TextEndOfTurn:
         self._primed = prompt
         try:
             async with asyncio.timeout(PRIME_TIMEOUT_S):
-                await self._ask(prompt)
+                await self._ask(prompt, PRIME_TIMEOUT_S)
         except (TimeoutError, *_FAILURES) as error:
             logger.debug(f"text end of turn: the conversation was not read ahead: {error!r}")
             return
         STATS.primed += 1
 
-    async def _ask(self, prompt: str) -> float:
+    async def _ask(self, prompt: str, timeout_s: float | None = None) -> float:
         body = {
             "model": self._model,
             "prompt": prompt,
@@ -262,7 +266,8 @@ class TextEndOfTurn:
             "logit_bias": await self._end_tokens_banned(),
             "user": self._caller,
         }
-        response = await self._client.post(self._url, json=body)
+        limit = httpx.Timeout(timeout_s) if timeout_s is not None else httpx.USE_CLIENT_DEFAULT
+        response = await self._client.post(self._url, json=body, timeout=limit)
         response.raise_for_status()
         choice = response.json()["choices"][0]
         top = choice["logprobs"]["top_logprobs"][0]

@@ -21,7 +21,11 @@ class ScriptedTextModel(TextEndOfTurn):
         self.p_for, self.delay_s = p_for, delay_s
         self.asked: list[str] = []
 
-    async def probability(self, user_text: str, conversation: Conversation = ()) -> float | None:
+    async def probability(
+        self, user_text: str, conversation: Conversation = (), timeout_s: float | None = None
+    ) -> float | None:
+        """``p_for(user_text)`` after ``delay_s``, whatever the limit: the drawn delays stay
+        under every limit the strategy sets."""
         self.asked.append(user_text)
         await asyncio.sleep(self.delay_s)
         return self.p_for(user_text)

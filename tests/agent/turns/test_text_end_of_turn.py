@@ -109,10 +109,28 @@ async def not_a_completion() -> AsyncIterator[str]:
         yield url
 
 
+SLOW_ANSWER_S = 0.6
+"""How long the ``slow`` server takes to answer: past the client's limit in the tests (0.15 s),
+within the bound (``WAIT_S`` + 0.6)."""
+
+
 @pytest.fixture
 async def recording() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
     """An OpenAI completions server that answers every question "the sentence ends" and keeps
     each request's JSON body."""
+    async for served in answering(delay_s=0.0):
+        yield served
+
+
+@pytest.fixture
+async def slow() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """``recording``, each completion answered :data:`SLOW_ANSWER_S` after its request."""
+    async for served in answering(delay_s=SLOW_ANSWER_S):
+        yield served
+
+
+async def answering(delay_s: float) -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """Serve completions that say "the sentence ends", ``delay_s`` after each request."""
     bodies: list[dict[str, Any]] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -130,11 +148,11 @@ async def recording() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
                 if line.startswith(b"content-length:")
             )
             bodies.append(json.loads(await reader.readexactly(length)))
-            answer = (
-                {"tokens": [2, 0]}
-                if "input" in bodies[-1]
-                else {"choices": [{"logprobs": {"top_logprobs": [{"": 0.0}]}}]}
-            )
+            if "input" in bodies[-1]:
+                answer: dict[str, Any] = {"tokens": [2, 0]}
+            else:
+                await asyncio.sleep(delay_s)
+                answer = {"choices": [{"logprobs": {"top_logprobs": [{"": 0.0}]}}]}
             body = json.dumps(answer).encode()
             writer.write(
                 b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
@@ -705,6 +723,47 @@ async def test_a_model_that_never_answers_holds_a_question_only_its_timeout(
     await turn.pause("Is the store open today.")  # a question by its words: the model is asked
     await asyncio.sleep(WAIT_S)
     assert turn.after_speech() < STOP_SECS + 0.15 + 0.15, "waited past the model's timeout"
+
+
+@pytest.mark.parametrize(
+    ("words", "after_speech_s"),
+    [
+        pytest.param(
+            "I would like to book a table for two people.",
+            STOP_SECS + SLOW_ANSWER_S,
+            id="words that do not ask: when the answer comes, not at the bound",
+        ),
+        pytest.param(
+            "Is the store open today.",
+            STOP_SECS + 0.15,
+            id="words that ask: at once after the client's limit, as without the model",
+        ),
+    ],
+)
+async def test_a_slow_models_answer_is_waited_for_where_it_decides_between_waits(
+    make: Any, slow: tuple[str, list[dict[str, Any]]], words: str, after_speech_s: float
+) -> None:
+    """Chinese, Japanese and Korean words are many tokens each to SmolLM2, and their answers
+    came past the client's 0.35 s limit in 2-9 of 23-29 questions of the East Asian benches:
+    a statement then waited for the bound. For words that may not end on the short wait the
+    answer decides between the model's wait and the bound, so it is waited for until the
+    bound; words that ask need it before the short wait, and do not wait past the limit."""
+    url, _ = slow
+    bound_s = WAIT_S + 0.6
+    model = TextEndOfTurn(url, "m", timeout_s=0.15)
+    turn = await make(
+        ScriptedTurnAnalyzer(EndOfTurnState.COMPLETE),
+        unfinished_wait_s=bound_s,
+        text_model=model,
+        text_end_p=0.5,
+        text_unfinished_p=0.5,
+        text_end_wait_s=MODELS_WAIT_S,
+    )
+    await turn.speak()
+    await turn.pause(words)
+    await turn.until_ended(within_s=bound_s + 0.5)
+    assert after_speech_s - 0.02 < turn.after_speech() < after_speech_s + 0.25
+    await model.close()
 
 
 async def test_without_the_models_answer_words_do_not_outweigh_smart_turn(
