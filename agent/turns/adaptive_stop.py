@@ -631,8 +631,8 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         (``None``). For words that may not, the answer decides between the model's wait and
         the bound, so it is worth waiting for until the bound, where the turn ends without it:
         a slow answer (Chinese, Japanese or Korean words, many tokens each to SmolLM2, read on
-        one thread: 120-245 ms on average in the benches, some past 0.35 s) then ends the turn
-        when it comes, not at the bound."""
+        one thread: 110-195 ms on average in the East Asian benches, some past 0.35 s) then
+        ends the turn when it comes, not at the bound."""
         if self._speech_ended_at is None or self._words_allow_short_wait(self._text):
             return None
         return self._speech_ended_at + self._unfinished_wait_s - time.time()

@@ -1,7 +1,8 @@
 # ruff: noqa: RUF001 (other scripts' words and commas are the point)
 """A sentence that is only a subordinate clause ("When I got there.", "Quand je suis arrivé.",
-"Wenn Sie morgen Zeit haben.") is not over: its main clause is still to come. The tie-breaker
-of :func:`agent.turns.completeness.ends_unfinished`, beside Smart Turn and the text model.
+"Wenn Sie morgen Zeit haben.") is not over: its main clause is still to come. A tie-breaker
+beside Smart Turn and the text model (:func:`agent.turns.completeness.a_clause_alone`): such
+words never end the turn on the text model's wait.
 
 A recognizer closes every fragment before a pause with a full stop, and the text model reads
 such a clause as finished in the languages it reads poorly (SmolLM2: "quand je suis arrivé."
@@ -20,6 +21,10 @@ after is short):
   and Dutch "was ich...", "wat ik...": :func:`~agent.turns.question_forms.opens_a_clause`);
 - "si"/"se" ("if" in French and Spanish; Italian "si" and Spanish "se" are also reflexive:
   "Se me olvidó." is whole) only with a subject pronoun next.
+
+"If" with the person asked and a modal ("If you could help me with my bill.", "Si vous pouvez
+me rappeler.") is a polite request, not a clause: after "I was wondering..." and a pause it
+waited for the bound on four of five lines of the offline profile's extended set.
 
 Not read: Italian "quando" and Russian "когда" (their questions keep the subject's place:
 "Quando apre il negozio", "Когда вы открываетесь"), Italian "perché" ("why" too), English
@@ -107,6 +112,18 @@ LONGEST = 8
 comma the main clause has most likely begun ("If you could send me the receipt by email that
 would be great")."""
 
+CONDITIONALS = frozenset("if si wenn se als".split())
+"""Words for "if" that open a polite request as well as a clause."""
+
+POLITE_REQUEST = frozenset(
+    "you vous tu sie du usted lei você u "  # the one asked
+    "could would can will pouvez pouviez pourriez voulez vouliez könnten würden können "
+    "puede pudiera podría potrebbe potesse può pode puder poderia kunt zou".split()
+)
+"""The person asked and a modal of ability or will: with both, "if" opens a request ("If you
+could help me with my bill.", after "I was wondering..."; "Si vous pouvez me rappeler.",
+"Wenn Sie mich zurückrufen könnten."), not a clause whose main clause is to come."""
+
 _NOT_A_CLAUSE = (("s'il", "vous", "plaît"), ("s'il", "te", "plaît"), ("porque", "é", "que"))
 """French "please", which opens with "s'il" ("if it"); Portuguese "porque é que", a question."""
 
@@ -122,6 +139,8 @@ def only_a_subordinate_clause(found: list[str], sentence: str) -> bool:
     if tuple(found[:3]) in _NOT_A_CLAUSE:
         return False
     first = found[0]
+    if first in CONDITIONALS and len(POLITE_REQUEST.intersection(found[1:])) >= 2:
+        return False
     return (
         first in CONJUNCTIONS
         or _elided_conjunction(first)

@@ -14,7 +14,7 @@ from agent.turns.subordinate_clauses import LONGEST
 CLAUSES_ALONE = [
     "When I got there.",
     "Where I live.",
-    "If you could send me the receipt.",
+    "If the card is declined again.",
     "Because my card was declined.",
     "Um, when I got there.",  # a filler's comma is not the clause's
     "Sorry, if I cancel now.",
@@ -27,7 +27,7 @@ CLAUSES_ALONE = [
     "Quand je suis arrivé.",
     "Lorsqu'il est arrivé.",
     "Parce que je suis malade.",
-    "Si vous pouvez me rappeler.",
+    "Si je ne peux pas venir demain.",
     "Cuando llegué al hotel.",
     "Porque no funciona la tarjeta.",
     "Quando eu cheguei.",
@@ -66,6 +66,10 @@ def test_a_subordinate_clause_alone_goes_on(text: str) -> None:
         "Quando apre il negozio.",
         "Когда вы открываетесь.",
         "Porque é que a loja fecha.",
+        # polite requests: "if" with the person asked and a modal
+        "If you could help me with my bill.",
+        "Si vous pouvez me rappeler.",
+        "Wenn Sie mich morgen zurückrufen könnten.",
         # answers and whole sentences
         "If possible.",
         "Wenn möglich.",
