@@ -575,12 +575,13 @@ class AdaptiveUserTurnStopStrategy(BaseUserTurnStopStrategy):
         return self._p_end is not None and self._p_end >= self._text_end_p
 
     def _model_reads_finished(self) -> bool:
-        """The text model's p(end) calls words that do not ask a finished sentence."""
+        """The text model's p(end) calls words that do not ask a finished sentence (words
+        :meth:`_model_may_read_finished` allows: a p(end) of at least ``text_end_p`` means it
+        is at most 1)."""
         return (
             self._p_end is not None
             and self._p_end >= self._text_end_p
-            and not ends_unfinished(self._text)
-            and not a_clause_alone(self._latest)
+            and self._model_may_read_finished(self._text, self._latest)
         )
 
     def _wait_s(self, ending: Ending) -> float:
